@@ -1,0 +1,78 @@
+/* nbdstack image plugin: the interface every image format implements.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * image.c parses parameters, picks a format and forwards each nbdkit
+ * callback to the format's ops.  A format opens its host file(s) once in
+ * .get_ready and serves every connection from that shared state, so all
+ * ops must be thread-safe (the plugin runs in the PARALLEL thread model).
+ */
+#ifndef NBDSTACK_IMAGE_FORMAT_H
+#define NBDSTACK_IMAGE_FORMAT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define NBDKIT_API_VERSION 2
+#include <nbdkit-plugin.h>
+
+enum image_cache_mode { CACHE_WRITEBACK, CACHE_NONE };
+
+/* Parameters common to all formats, filled by image.c. */
+struct image_options {
+  const char *file;             /* absolute path */
+  enum image_cache_mode cache;
+  bool readonly;                /* readonly=true: never open for writing */
+};
+
+struct format_ops {
+  const char *name;
+
+  /* Optional: format-specific parameters.  Return 1 if the key was
+   * consumed, 0 if unknown to this format, -1 on error (after
+   * nbdkit_error).  Called for every key image.c does not know.
+   */
+  int (*config) (const char *key, const char *value);
+  /* Optional: called from .config_complete for the chosen format. */
+  int (*config_complete) (void);
+
+  /* Open the image; on error call nbdkit_error and return NULL. */
+  void *(*open) (const struct image_options *opts);
+  void (*close) (void *state);
+
+  int64_t (*get_size) (void *state);
+  /* Feature queries: return values have nbdkit's meaning.  A NULL op
+   * means "false" (or NBDKIT_FUA_NONE / NBDKIT_CACHE_NONE).
+   */
+  int (*can_write) (void *state);
+  int (*can_flush) (void *state);
+  int (*can_trim) (void *state);
+  int (*can_zero) (void *state);
+  int (*can_fast_zero) (void *state);
+  int (*can_fua) (void *state);
+  int (*can_extents) (void *state);
+  int (*can_cache) (void *state);
+  int (*block_size) (void *state, uint32_t *minimum, uint32_t *preferred,
+                     uint32_t *maximum);
+
+  /* Data ops: same contracts as the nbdkit plugin callbacks.  On error
+   * they call nbdkit_error and nbdkit_set_error and return -1.
+   */
+  int (*pread) (void *state, void *buf, uint32_t count, uint64_t offset,
+                uint32_t flags);
+  int (*pwrite) (void *state, const void *buf, uint32_t count,
+                 uint64_t offset, uint32_t flags);
+  int (*flush) (void *state, uint32_t flags);
+  int (*trim) (void *state, uint32_t count, uint64_t offset, uint32_t flags);
+  int (*zero) (void *state, uint32_t count, uint64_t offset, uint32_t flags);
+  int (*extents) (void *state, uint32_t count, uint64_t offset,
+                  uint32_t flags, struct nbdkit_extents *extents);
+  int (*cache) (void *state, uint32_t count, uint64_t offset, uint32_t flags);
+};
+
+extern const struct format_ops raw_format;
+extern const struct format_ops qcow2_format;
+
+/* First bytes of a qcow2 file, used by format=auto. */
+#define QCOW2_MAGIC_BYTES "QFI\xfb"
+
+#endif /* NBDSTACK_IMAGE_FORMAT_H */

@@ -1,0 +1,365 @@
+/* nbdstack image plugin: parameters, format choice and dispatch.
+ * SPDX-License-Identifier: BSD-3-Clause
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format.h"
+
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+
+enum format_choice { FORMAT_AUTO, FORMAT_RAW, FORMAT_QCOW2 };
+enum create_mode { CREATE_NO, CREATE_YES, CREATE_FORCE };
+
+static char *filename;
+static enum format_choice format_choice = FORMAT_AUTO;
+static struct image_options options = { .cache = CACHE_WRITEBACK };
+static enum create_mode create_mode = CREATE_NO;
+static int64_t create_size = -1;
+
+static const struct format_ops *format;
+static void *format_state;
+
+static const struct format_ops *const all_formats[] = {
+  &raw_format, &qcow2_format,
+};
+
+static void
+image_unload (void)
+{
+  free (filename);
+}
+
+static int
+image_config (const char *key, const char *value)
+{
+  if (strcmp (key, "file") == 0) {
+    free (filename);
+    /* The file may not exist yet when create=true, so only make the path
+     * absolute here; existence is checked in .config_complete.
+     */
+    filename = nbdkit_absolute_path (value);
+    return filename ? 0 : -1;
+  }
+  if (strcmp (key, "format") == 0) {
+    if (strcmp (value, "auto") == 0)
+      format_choice = FORMAT_AUTO;
+    else if (strcmp (value, "raw") == 0)
+      format_choice = FORMAT_RAW;
+    else if (strcmp (value, "qcow2") == 0)
+      format_choice = FORMAT_QCOW2;
+    else {
+      nbdkit_error ("format=%s: expected auto, raw or qcow2", value);
+      return -1;
+    }
+    return 0;
+  }
+  if (strcmp (key, "cache") == 0) {
+    if (strcmp (value, "writeback") == 0)
+      options.cache = CACHE_WRITEBACK;
+    else if (strcmp (value, "none") == 0)
+      options.cache = CACHE_NONE;
+    else {
+      nbdkit_error ("cache=%s: expected writeback or none", value);
+      return -1;
+    }
+    return 0;
+  }
+  if (strcmp (key, "readonly") == 0) {
+    int r = nbdkit_parse_bool (value);
+    if (r == -1)
+      return -1;
+    options.readonly = r;
+    return 0;
+  }
+  if (strcmp (key, "create") == 0) {
+    if (strcmp (value, "force") == 0)
+      create_mode = CREATE_FORCE;
+    else {
+      int r = nbdkit_parse_bool (value);
+      if (r == -1)
+        return -1;
+      create_mode = r ? CREATE_YES : CREATE_NO;
+    }
+    return 0;
+  }
+  if (strcmp (key, "size") == 0) {
+    create_size = nbdkit_parse_size (value);
+    if (create_size == -1)
+      return -1;
+    return 0;
+  }
+
+  for (size_t i = 0; i < sizeof all_formats / sizeof all_formats[0]; ++i) {
+    if (all_formats[i]->config) {
+      int r = all_formats[i]->config (key, value);
+      if (r != 0)
+        return r == 1 ? 0 : -1;
+    }
+  }
+  nbdkit_error ("unknown parameter '%s'", key);
+  return -1;
+}
+
+/* create=true/force: make a sparse raw file of size=SIZE. */
+static int
+create_file (void)
+{
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  int fd;
+
+  if (create_size < 0) {
+    nbdkit_error ("create=%s needs size=SIZE",
+                  create_mode == CREATE_FORCE ? "force" : "true");
+    return -1;
+  }
+  if (create_mode == CREATE_YES)
+    flags |= O_EXCL;
+  else
+    flags |= O_TRUNC;
+  fd = open (filename, flags, 0644);
+  if (fd == -1) {
+    if (errno == EEXIST) {
+      /* Refusing to clobber is the point of create=true. */
+      struct stat st;
+      if (stat (filename, &st) == 0 && S_ISREG (st.st_mode)
+          && st.st_size == create_size)
+        return 0;
+      nbdkit_error ("%s: already exists with a different size "
+                    "(use create=force to replace it)", filename);
+      return -1;
+    }
+    nbdkit_error ("%s: cannot create: %m", filename);
+    return -1;
+  }
+  if (ftruncate (fd, create_size) == -1) {
+    nbdkit_error ("%s: cannot set size: %m", filename);
+    close (fd);
+    return -1;
+  }
+  if (close (fd) == -1) {
+    nbdkit_error ("%s: close: %m", filename);
+    return -1;
+  }
+  return 0;
+}
+
+/* format=auto: anything carrying the qcow2 magic is qcow2, never raw. */
+static int
+sniff_format (enum format_choice *choice)
+{
+  char magic[4];
+  ssize_t r;
+  int fd = open (filename, O_RDONLY | O_CLOEXEC);
+
+  if (fd == -1) {
+    nbdkit_error ("%s: %m", filename);
+    return -1;
+  }
+  r = pread (fd, magic, sizeof magic, 0);
+  close (fd);
+  if (r == -1) {
+    nbdkit_error ("%s: reading header: %m", filename);
+    return -1;
+  }
+  *choice = (r == sizeof magic && memcmp (magic, QCOW2_MAGIC_BYTES, 4) == 0)
+                ? FORMAT_QCOW2 : FORMAT_RAW;
+  return 0;
+}
+
+static int
+image_config_complete (void)
+{
+  struct stat st;
+
+  if (filename == NULL) {
+    nbdkit_error ("you must supply the file=PATH parameter");
+    return -1;
+  }
+  if (create_mode != CREATE_NO) {
+    if (create_file () == -1)
+      return -1;
+  }
+  else if (create_size >= 0) {
+    nbdkit_error ("size=SIZE is only used with create=true");
+    return -1;
+  }
+  if (stat (filename, &st) == -1) {
+    nbdkit_error ("%s: %m", filename);
+    return -1;
+  }
+  if (S_ISDIR (st.st_mode)) {
+    nbdkit_error ("%s: is a directory, expected a file or block device",
+                  filename);
+    return -1;
+  }
+  if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode)) {
+    nbdkit_error ("%s: not a regular file or block device", filename);
+    return -1;
+  }
+  if (format_choice == FORMAT_AUTO && sniff_format (&format_choice) == -1)
+    return -1;
+  format = format_choice == FORMAT_QCOW2 ? &qcow2_format : &raw_format;
+  options.file = filename;
+  if (format->config_complete && format->config_complete () == -1)
+    return -1;
+  return 0;
+}
+
+/* Open once, before serving, so that every error shows at start-up and
+ * all connections share one set of file descriptors and caches.
+ */
+static int
+image_get_ready (void)
+{
+  format_state = format->open (&options);
+  return format_state ? 0 : -1;
+}
+
+static void
+image_cleanup (void)
+{
+  if (format_state)
+    format->close (format_state);
+  format_state = NULL;
+}
+
+static void *
+image_open (int readonly)
+{
+  return NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+#define FEATURE(name, absent)                                               \
+  static int image_##name (void *handle)                                    \
+  {                                                                         \
+    return format->name ? format->name (format_state) : (absent);           \
+  }
+FEATURE (can_write, 0)
+FEATURE (can_flush, 0)
+FEATURE (can_trim, 0)
+FEATURE (can_zero, 0)
+FEATURE (can_fast_zero, 0)
+FEATURE (can_fua, NBDKIT_FUA_NONE)
+FEATURE (can_extents, 0)
+FEATURE (can_cache, NBDKIT_CACHE_NONE)
+
+static int64_t
+image_get_size (void *handle)
+{
+  return format->get_size (format_state);
+}
+
+/* One image state serves every connection, so a flush on one connection
+ * covers writes made on all of them.
+ */
+static int
+image_can_multi_conn (void *handle)
+{
+  return 1;
+}
+
+static int
+image_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
+                  uint32_t *maximum)
+{
+  if (format->block_size)
+    return format->block_size (format_state, minimum, preferred, maximum);
+  *minimum = *preferred = *maximum = 0;
+  return 0;
+}
+
+static int
+image_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
+             uint32_t flags)
+{
+  return format->pread (format_state, buf, count, offset, flags);
+}
+
+static int
+image_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
+              uint32_t flags)
+{
+  return format->pwrite (format_state, buf, count, offset, flags);
+}
+
+static int
+image_flush (void *handle, uint32_t flags)
+{
+  return format->flush (format_state, flags);
+}
+
+static int
+image_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return format->trim (format_state, count, offset, flags);
+}
+
+static int
+image_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return format->zero (format_state, count, offset, flags);
+}
+
+static int
+image_extents (void *handle, uint32_t count, uint64_t offset, uint32_t flags,
+               struct nbdkit_extents *extents)
+{
+  return format->extents (format_state, count, offset, flags, extents);
+}
+
+static int
+image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return format->cache (format_state, count, offset, flags);
+}
+
+#define image_config_help                                                   \
+  "file=<PATH>                (required) Image file or block device.\n"    \
+  "format=auto|raw|qcow2      Image format (default auto: sniffed).\n"     \
+  "cache=writeback|none       Host page cache use (none = O_DIRECT).\n"    \
+  "readonly=true              Never open the image for writing.\n"        \
+  "create=true|force size=SIZE Create a sparse raw file first."
+
+static struct nbdkit_plugin plugin = {
+  .name = "image",
+  .longname = "nbdstack image plugin (raw, block devices, qcow2)",
+  .version = PACKAGE_VERSION,
+  .unload = image_unload,
+  .config = image_config,
+  .config_complete = image_config_complete,
+  .config_help = image_config_help,
+  .magic_config_key = "file",
+  .get_ready = image_get_ready,
+  .cleanup = image_cleanup,
+  .open = image_open,
+  .get_size = image_get_size,
+  .block_size = image_block_size,
+  .can_write = image_can_write,
+  .can_flush = image_can_flush,
+  .can_trim = image_can_trim,
+  .can_zero = image_can_zero,
+  .can_fast_zero = image_can_fast_zero,
+  .can_fua = image_can_fua,
+  .can_extents = image_can_extents,
+  .can_cache = image_can_cache,
+  .can_multi_conn = image_can_multi_conn,
+  .pread = image_pread,
+  .pwrite = image_pwrite,
+  .flush = image_flush,
+  .trim = image_trim,
+  .zero = image_zero,
+  .extents = image_extents,
+  .cache = image_cache,
+  .errno_is_preserved = 0,
+};
+
+NBDKIT_REGISTER_PLUGIN (plugin)
