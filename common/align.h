@@ -15,6 +15,9 @@
 #define ROUND_DOWN(x, align) ((x) & ~((__typeof__ (x)) (align) - 1))
 #define ROUND_UP(x, align) ROUND_DOWN ((x) + (align) - 1, (align))
 
+/* Any divisor, not only powers of two. */
+#define DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+
 static inline bool
 is_power_of_2 (uint64_t v)
 {
