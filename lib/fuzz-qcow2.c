@@ -1,0 +1,90 @@
+/* nbdstack qcow2 library: libFuzzer target.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The input is a whole image file.  It is opened from memory (active
+ * layer and snapshot "1"), then read and mapped at a few places that
+ * depend on the image, with a small L2 cache so eviction is exercised
+ * too.  Any sanitizer report or crash is a bug: hostile images must only
+ * ever produce errors.
+ */
+#include <config.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcow2.h"
+
+#define MAX_READ 65536
+
+static void
+exercise (struct qcow2_image *img, const uint8_t *data, size_t size)
+{
+  static unsigned char buf[MAX_READ];
+  struct qcow2_error err;
+  uint64_t vsize = qcow2_get_size (img), off, len;
+  uint64_t picks[6];
+  unsigned flags, i;
+
+  if (vsize == 0)
+    return;
+  /* Offsets: start, end, middle, and a few taken from the input's
+   * tail so the fuzzer can steer them.
+   */
+  picks[0] = 0;
+  picks[1] = vsize - 1;
+  picks[2] = vsize / 2;
+  for (i = 3; i < 6; ++i)
+    {
+      uint64_t v = 0;
+      if (size >= 8 * (i - 2))
+        memcpy (&v, data + size - 8 * (i - 2), 8);
+      picks[i] = v % vsize;
+    }
+  for (i = 0; i < 6; ++i)
+    {
+      off = picks[i];
+      len = vsize - off < MAX_READ ? vsize - off : MAX_READ;
+      if (i >= 3)
+        len = 1 + picks[(i + 1) % 6] % len;
+      qcow2_pread (img, buf, len, off, &err);
+    }
+  /* Walk the map from the start, bounded. */
+  off = 0;
+  for (i = 0; i < 64 && off < vsize; ++i)
+    {
+      if (qcow2_block_status (img, off, vsize - off, &len, &flags, &err) == -1)
+        break;
+      if (len == 0 || len > vsize - off)
+        abort (); /* contract violation */
+      off += len;
+    }
+}
+
+int
+LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
+{
+  static const char *const snapshots[] = { NULL, "1" };
+  unsigned char *copy = malloc (size ? size : 1);
+  struct qcow2_hostio *io;
+  unsigned i;
+
+  if (copy == NULL)
+    return 0;
+  memcpy (copy, data, size);
+  io = qcow2_hostio_mem (copy, size, false);
+  for (i = 0; io && i < 2; ++i)
+    {
+      struct qcow2_open_options opts
+          = { .l2_cache_size = 4096, .snapshot = snapshots[i] };
+      struct qcow2_error err;
+      struct qcow2_image *img = qcow2_open (io, &opts, &err);
+      if (img == NULL)
+        continue;
+      exercise (img, data, size);
+      qcow2_close (img);
+    }
+  qcow2_hostio_close (io);
+  free (copy);
+  return 0;
+}

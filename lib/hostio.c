@@ -1,0 +1,189 @@
+/* nbdstack qcow2 library: host I/O over a file descriptor or memory.
+ * SPDX-License-Identifier: BSD-3-Clause
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qcow2-hostio.h"
+
+struct fd_io
+{
+  struct qcow2_hostio io; /* must be first */
+  int fd;
+  bool own_fd;
+};
+
+static int
+fd_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
+{
+  struct fd_io *f = (struct fd_io *)io;
+  char *p = buf;
+
+  while (count > 0)
+    {
+      ssize_t r = pread (f->fd, p, count, offset);
+      if (r == -1)
+        {
+          if (errno == EINTR)
+            continue;
+          return -errno;
+        }
+      if (r == 0) /* the file shrank under us */
+        return -EIO;
+      p += r;
+      count -= r;
+      offset += r;
+    }
+  return 0;
+}
+
+static int
+fd_pwrite (struct qcow2_hostio *io, const void *buf, size_t count,
+           uint64_t offset)
+{
+  struct fd_io *f = (struct fd_io *)io;
+  const char *p = buf;
+
+  while (count > 0)
+    {
+      ssize_t r = pwrite (f->fd, p, count, offset);
+      if (r == -1)
+        {
+          if (errno == EINTR)
+            continue;
+          return -errno;
+        }
+      p += r;
+      count -= r;
+      offset += r;
+    }
+  return 0;
+}
+
+static int
+fd_flush (struct qcow2_hostio *io)
+{
+  struct fd_io *f = (struct fd_io *)io;
+
+  return fdatasync (f->fd) == -1 ? -errno : 0;
+}
+
+static int64_t
+fd_get_size (struct qcow2_hostio *io)
+{
+  struct fd_io *f = (struct fd_io *)io;
+  struct stat st;
+  off_t end;
+
+  if (fstat (f->fd, &st) == -1)
+    return -errno;
+  if (S_ISREG (st.st_mode))
+    return st.st_size;
+  /* Block devices report 0 in st_size. */
+  end = lseek (f->fd, 0, SEEK_END);
+  return end == -1 ? -errno : end;
+}
+
+static void
+fd_close (struct qcow2_hostio *io)
+{
+  struct fd_io *f = (struct fd_io *)io;
+
+  if (f->own_fd)
+    close (f->fd);
+  free (f);
+}
+
+struct qcow2_hostio *
+qcow2_hostio_fd (int fd, bool own_fd)
+{
+  struct fd_io *f = calloc (1, sizeof *f);
+
+  if (f == NULL)
+    return NULL;
+  f->io.pread = fd_pread;
+  f->io.pwrite = fd_pwrite;
+  f->io.flush = fd_flush;
+  f->io.get_size = fd_get_size;
+  f->io.close = fd_close;
+  f->fd = fd;
+  f->own_fd = own_fd;
+  return &f->io;
+}
+
+struct mem_io
+{
+  struct qcow2_hostio io; /* must be first */
+  unsigned char *buf;
+  size_t len;
+  bool writable;
+};
+
+static int
+mem_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
+{
+  struct mem_io *m = (struct mem_io *)io;
+
+  if (offset > m->len || count > m->len - offset)
+    return -EIO;
+  memcpy (buf, m->buf + offset, count);
+  return 0;
+}
+
+static int
+mem_pwrite (struct qcow2_hostio *io, const void *buf, size_t count,
+            uint64_t offset)
+{
+  struct mem_io *m = (struct mem_io *)io;
+
+  if (!m->writable)
+    return -EROFS;
+  /* A fixed buffer cannot grow. */
+  if (offset > m->len || count > m->len - offset)
+    return -ENOSPC;
+  memcpy (m->buf + offset, buf, count);
+  return 0;
+}
+
+static int
+mem_flush (struct qcow2_hostio *io)
+{
+  return 0;
+}
+
+static int64_t
+mem_get_size (struct qcow2_hostio *io)
+{
+  struct mem_io *m = (struct mem_io *)io;
+
+  return m->len;
+}
+
+static void
+mem_close (struct qcow2_hostio *io)
+{
+  free (io);
+}
+
+struct qcow2_hostio *
+qcow2_hostio_mem (void *buf, size_t len, bool writable)
+{
+  struct mem_io *m = calloc (1, sizeof *m);
+
+  if (m == NULL)
+    return NULL;
+  m->io.pread = mem_pread;
+  m->io.pwrite = mem_pwrite;
+  m->io.flush = mem_flush;
+  m->io.get_size = mem_get_size;
+  m->io.close = mem_close;
+  m->buf = buf;
+  m->len = len;
+  m->writable = writable;
+  return &m->io;
+}

@@ -1,0 +1,246 @@
+/* nbdstack qcow2 library: the shared L2 table cache.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Readers on many threads look up L2 tables at once, so a single cache
+ * lock would serialize the server.  Slots are split into shards by the
+ * table's host offset; each shard has its own mutex, held only to find
+ * or claim a slot.  A slot in use has refs > 0 and is never evicted, so
+ * the table can be read after the lock is dropped.  A load marks the
+ * slot 'loading' and does the I/O unlocked; other readers of the same
+ * table wait on the shard's condition variable instead of loading twice.
+ * If every slot of a shard is in use (more threads than slots), the
+ * reader loads a private copy rather than waiting.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcow2-internal.h"
+
+struct l2_slot
+{
+  uint64_t offset; /* host offset of the table */
+  uint64_t *table; /* allocated on first use, then reused */
+  uint64_t last_use;
+  unsigned refs;
+  bool valid;
+  bool loading;
+  bool dirty; /* for write-back, unused while read-only */
+};
+
+struct l2_shard
+{
+  pthread_mutex_t lock;
+  pthread_cond_t loaded;
+  uint64_t clock;
+  unsigned nslots;
+  struct l2_slot *slots;
+} __attribute__ ((aligned (64))); /* no false sharing of locks */
+
+struct l2_cache
+{
+  struct qcow2_hostio *io;
+  uint32_t table_bytes;
+  unsigned cluster_bits;
+  unsigned nshards; /* power of two */
+  unsigned entries;
+  struct l2_shard *shards;
+};
+
+/* At most this many slots per shard, so a lookup scans a short array. */
+#define SLOTS_PER_SHARD 8
+#define MAX_SHARDS 4096
+
+struct l2_cache *
+l2_cache_new (struct qcow2_hostio *io, uint32_t table_bytes, unsigned entries)
+{
+  struct l2_cache *c = calloc (1, sizeof *c);
+  unsigned nshards = 1, i;
+
+  if (c == NULL)
+    return NULL;
+  if (entries < 1)
+    entries = 1;
+  while (nshards * 2 <= MAX_SHARDS && nshards * 2 * SLOTS_PER_SHARD <= entries)
+    nshards *= 2;
+  c->io = io;
+  c->table_bytes = table_bytes;
+  c->cluster_bits = __builtin_ctz (table_bytes);
+  c->nshards = nshards;
+  c->entries = entries;
+  c->shards = aligned_alloc (64, sizeof *c->shards * nshards);
+  if (c->shards == NULL)
+    {
+      free (c);
+      return NULL;
+    }
+  for (i = 0; i < nshards; ++i)
+    {
+      struct l2_shard *s = &c->shards[i];
+      unsigned n = entries / nshards + (i < entries % nshards);
+
+      pthread_mutex_init (&s->lock, NULL);
+      pthread_cond_init (&s->loaded, NULL);
+      s->clock = 0;
+      s->nslots = n;
+      s->slots = calloc (n, sizeof *s->slots);
+      if (s->slots == NULL)
+        {
+          c->nshards = i + 1;
+          l2_cache_free (c);
+          return NULL;
+        }
+    }
+  return c;
+}
+
+void
+l2_cache_free (struct l2_cache *c)
+{
+  unsigned i, j;
+
+  if (c == NULL)
+    return;
+  for (i = 0; i < c->nshards; ++i)
+    {
+      struct l2_shard *s = &c->shards[i];
+      if (s->slots)
+        for (j = 0; j < s->nslots; ++j)
+          free (s->slots[j].table);
+      free (s->slots);
+      pthread_mutex_destroy (&s->lock);
+      pthread_cond_destroy (&s->loaded);
+    }
+  free (c->shards);
+  free (c);
+}
+
+unsigned
+l2_cache_entries (const struct l2_cache *c)
+{
+  return c->entries;
+}
+
+static struct l2_shard *
+shard_of (struct l2_cache *c, uint64_t offset)
+{
+  /* Fibonacci hashing of the cluster number spreads neighbouring
+   * tables (the usual case) over different shards.
+   */
+  uint64_t h = (offset >> c->cluster_bits) * 0x9e3779b97f4a7c15ULL;
+  return &c->shards[(h >> 32) & (c->nshards - 1)];
+}
+
+static int
+load_private (struct l2_cache *c, uint64_t offset, struct l2_ref *ref)
+{
+  uint64_t *t = malloc (c->table_bytes);
+  int r;
+
+  if (t == NULL)
+    return -ENOMEM;
+  r = c->io->pread (c->io, t, c->table_bytes, offset);
+  if (r < 0)
+    {
+      free (t);
+      return r;
+    }
+  ref->cache = c;
+  ref->slot = NULL;
+  ref->table = t;
+  return 0;
+}
+
+int
+l2_cache_get (struct l2_cache *c, uint64_t offset, struct l2_ref *ref)
+{
+  struct l2_shard *s = shard_of (c, offset);
+  struct l2_slot *victim;
+  unsigned i;
+  int r;
+
+  pthread_mutex_lock (&s->lock);
+again:
+  victim = NULL;
+  for (i = 0; i < s->nslots; ++i)
+    {
+      struct l2_slot *sl = &s->slots[i];
+      if ((sl->valid || sl->loading) && sl->offset == offset)
+        {
+          if (sl->loading)
+            {
+              pthread_cond_wait (&s->loaded, &s->lock);
+              goto again;
+            }
+          sl->refs++;
+          sl->last_use = ++s->clock;
+          pthread_mutex_unlock (&s->lock);
+          ref->cache = c;
+          ref->slot = sl;
+          ref->table = sl->table;
+          return 0;
+        }
+      if (sl->refs == 0 && !sl->loading && !sl->dirty
+          && (victim == NULL
+              || (victim->valid
+                  && (!sl->valid || sl->last_use < victim->last_use))))
+        victim = sl;
+    }
+  if (victim == NULL)
+    {
+      pthread_mutex_unlock (&s->lock);
+      return load_private (c, offset, ref);
+    }
+  victim->valid = false;
+  victim->loading = true;
+  victim->offset = offset;
+  victim->refs = 1;
+  victim->last_use = ++s->clock;
+  pthread_mutex_unlock (&s->lock);
+
+  r = 0;
+  if (victim->table == NULL)
+    {
+      victim->table = malloc (c->table_bytes);
+      if (victim->table == NULL)
+        r = -ENOMEM;
+    }
+  if (r == 0)
+    r = c->io->pread (c->io, victim->table, c->table_bytes, offset);
+
+  pthread_mutex_lock (&s->lock);
+  victim->loading = false;
+  victim->valid = r == 0;
+  if (r < 0)
+    victim->refs = 0;
+  pthread_cond_broadcast (&s->loaded);
+  pthread_mutex_unlock (&s->lock);
+  if (r < 0)
+    return r;
+  ref->cache = c;
+  ref->slot = victim;
+  ref->table = victim->table;
+  return 0;
+}
+
+void
+l2_cache_put (struct l2_ref *ref)
+{
+  struct l2_slot *sl = ref->slot;
+
+  if (sl == NULL)
+    {
+      free ((void *)ref->table);
+    }
+  else
+    {
+      struct l2_shard *s = shard_of (ref->cache, sl->offset);
+      pthread_mutex_lock (&s->lock);
+      sl->refs--;
+      pthread_mutex_unlock (&s->lock);
+    }
+  ref->table = NULL;
+  ref->slot = NULL;
+}

@@ -1,0 +1,47 @@
+/* nbdstack qcow2 library: host file I/O interface.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The format code never touches a file descriptor: it goes through this
+ * table, so the same code runs over a real file (plugin) or a buffer in
+ * memory (unit tests, fuzzer).  pwrite and flush are here for the
+ * writing support to come.
+ */
+#ifndef NBDSTACK_QCOW2_HOSTIO_H
+#define NBDSTACK_QCOW2_HOSTIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct qcow2_hostio
+{
+  /* All return 0 on success or a negative errno.  pread of a range not
+   * entirely inside the file fails with -EIO: callers clip first.
+   */
+  int (*pread) (struct qcow2_hostio *io, void *buf, size_t count,
+                uint64_t offset);
+  int (*pwrite) (struct qcow2_hostio *io, const void *buf, size_t count,
+                 uint64_t offset);
+  int (*flush) (struct qcow2_hostio *io);
+  /* Current size of the file in bytes, or a negative errno. */
+  int64_t (*get_size) (struct qcow2_hostio *io);
+  void (*close) (struct qcow2_hostio *io);
+};
+
+/* Over a file descriptor; closes it on close when 'own_fd'. */
+extern struct qcow2_hostio *qcow2_hostio_fd (int fd, bool own_fd);
+
+/* Over a memory buffer (not copied: it must outlive the hostio).  When
+ * 'writable' is false, pwrite fails with -EROFS.
+ */
+extern struct qcow2_hostio *qcow2_hostio_mem (void *buf, size_t len,
+                                              bool writable);
+
+static inline void
+qcow2_hostio_close (struct qcow2_hostio *io)
+{
+  if (io)
+    io->close (io);
+}
+
+#endif /* NBDSTACK_QCOW2_HOSTIO_H */

@@ -1,0 +1,186 @@
+/* nbdstack qcow2 library: internal definitions shared by the library sources.
+ * SPDX-License-Identifier: BSD-3-Clause
+ */
+#ifndef NBDSTACK_QCOW2_INTERNAL_H
+#define NBDSTACK_QCOW2_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qcow2.h"
+
+#define QCOW2_MAGIC 0x514649fbU /* "QFI\xfb" */
+
+#define MIN_CLUSTER_BITS 9
+#define MAX_CLUSTER_BITS 21
+#define MAX_REFCOUNT_ORDER 6
+
+/* Defence limits, the same as qemu's (block/qcow2.h). */
+#define MAX_L1_BYTES (32 * 1024 * 1024)
+#define MAX_REFTABLE_BYTES (8 * 1024 * 1024)
+#define MAX_SNAPSHOTS 65536
+#define MAX_SNAPSHOTS_BYTES (64 * 1024 * 1024)
+#define MAX_SNAPSHOT_EXTRA 1024
+#define MAX_BITMAPS 65535
+#define MAX_BITMAP_DIRECTORY_BYTES (1024 * 65535)
+#define MAX_BACKING_NAME 1023
+#define MAX_DATA_FILE_NAME 4095
+
+/* Incompatible, compatible and autoclear feature bits. */
+#define INCOMPAT_DIRTY (1ULL << 0)
+#define INCOMPAT_CORRUPT (1ULL << 1)
+#define INCOMPAT_DATA_FILE (1ULL << 2)
+#define INCOMPAT_COMPRESSION (1ULL << 3)
+#define INCOMPAT_EXTL2 (1ULL << 4)
+#define INCOMPAT_KNOWN 0x1fULL
+#define AUTOCLEAR_DATA_FILE_RAW (1ULL << 1)
+
+/* Header extension types. */
+#define EXT_END 0
+#define EXT_BACKING_FORMAT 0xe2792acaU
+#define EXT_FEATURE_NAMES 0x6803f857U
+#define EXT_BITMAPS 0x23852875U
+#define EXT_CRYPTO 0x0537be77U
+#define EXT_DATA_FILE 0x44415441U
+
+/* Table entries. */
+#define L1E_OFFSET_MASK 0x00fffffffffffe00ULL
+#define L2E_OFFSET_MASK 0x00fffffffffffe00ULL
+#define OFLAG_COPIED (1ULL << 63)
+#define OFLAG_COMPRESSED (1ULL << 62)
+#define OFLAG_ZERO 1ULL
+#define SUBCLUSTERS_PER_CLUSTER 32
+#define BITMAP_ALL_ALLOC 0xffffffffULL
+
+/* How one (sub)cluster reads, like qemu's QCOW2_SUBCLUSTER_* types. */
+enum sc_type
+{
+  SC_UNALLOCATED, /* goes to the backing file, or zeroes */
+  SC_ZERO_PLAIN,  /* zeroes, no host cluster */
+  SC_ZERO_ALLOC,  /* zeroes, host cluster kept */
+  SC_NORMAL,      /* data at a host offset */
+  SC_COMPRESSED,  /* the cluster is compressed */
+};
+
+/* ---- L2 cache (l2-cache.c) ----
+ *
+ * A fixed number of slots, each holding one L2 table as it is on disk
+ * (big-endian), split into shards that each have their own lock: a hit
+ * takes one uncontended mutex for a few instructions, and the table is
+ * then used without any lock because it holds a reference.  Loads happen
+ * outside the lock.  'dirty' is for the writing support to come.
+ */
+struct l2_cache;
+struct l2_ref
+{
+  struct l2_cache *cache;
+  void *slot; /* NULL: 'table' is a private copy */
+  const uint64_t *table;
+};
+
+extern struct l2_cache *l2_cache_new (struct qcow2_hostio *io,
+                                      uint32_t table_bytes, unsigned entries);
+extern void l2_cache_free (struct l2_cache *cache);
+extern unsigned l2_cache_entries (const struct l2_cache *cache);
+/* Get the table at host 'offset' (already validated).  Returns 0 or a
+ * negative errno.
+ */
+extern int l2_cache_get (struct l2_cache *cache, uint64_t offset,
+                         struct l2_ref *ref);
+extern void l2_cache_put (struct l2_ref *ref);
+
+/* ---- the image ---- */
+struct qcow2_image
+{
+  uint64_t uid;                 /* unique per open, never 0 */
+  struct qcow2_hostio *io;      /* the qcow2 file (metadata) */
+  struct qcow2_hostio *data_io; /* guest data: io, or the data file */
+  uint64_t file_size;           /* of io, at open */
+  uint64_t data_file_size;      /* of data_io */
+
+  uint32_t version;
+  unsigned cluster_bits;
+  uint64_t cluster_size;
+  unsigned l2_bits;        /* log2 of entries per L2 table */
+  unsigned l2_entry_bytes; /* 8, or 16 with extended L2 */
+  bool ext_l2;
+  unsigned sc_bits; /* log2 of the subcluster size */
+  uint64_t size;    /* virtual size of the served layer */
+  unsigned refcount_order;
+  uint64_t incompat, compat, autoclear;
+  unsigned compression_type; /* 0 deflate, 1 zstd */
+
+  /* Compressed cluster descriptors. */
+  unsigned csize_shift;
+  uint64_t csize_mask;
+  uint64_t coffset_mask;
+
+  /* The L1 table being served (active layer or a snapshot), host order. */
+  uint64_t *l1;
+  uint32_t l1_size;
+  uint64_t l1_offset;
+  /* Metadata areas a data cluster must never overlap. */
+  uint64_t active_l1_offset, active_l1_bytes;
+  uint64_t reftable_offset, reftable_bytes;
+  uint64_t snapshots_offset, snapshots_bytes;
+  uint32_t nb_snapshots;
+
+  char *backing_file;
+  char *backing_format;
+  char *data_file;
+
+  struct l2_cache *l2;
+
+  const struct qcow2_layer_ops *backing_ops;
+  void *backing_opaque;
+  uint64_t backing_size;
+};
+
+/* header.c */
+extern int qcow2_parse_header (struct qcow2_image *img,
+                               const struct qcow2_open_options *opts,
+                               struct qcow2_error *err);
+
+/* compress.c: decompress the cluster whose descriptor is 'l2e' into
+ * 'out' (cluster_size bytes).  Uses per-thread buffers and contexts.
+ */
+extern int qcow2_read_compressed (struct qcow2_image *img, uint64_t l2e,
+                                  void *out, struct qcow2_error *err);
+/* Read 'len' bytes at 'in_cluster' of that cluster into 'buf'. */
+extern int qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e,
+                                       void *buf, uint64_t in_cluster,
+                                       size_t len, struct qcow2_error *err);
+
+/* Big-endian access to on-disk structures. */
+static inline uint16_t
+get_be16 (const void *p)
+{
+  const unsigned char *b = p;
+  return (uint16_t)(b[0] << 8 | b[1]);
+}
+
+static inline uint32_t
+get_be32 (const void *p)
+{
+  const unsigned char *b = p;
+  return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8
+         | b[3];
+}
+
+static inline uint64_t
+get_be64 (const void *p)
+{
+  return (uint64_t)get_be32 (p) << 32 | get_be32 ((const char *)p + 4);
+}
+
+/* Does [off, off+len) intersect [start, start+size)?  No overflow: all
+ * values were checked to be below 2^63 at open.
+ */
+static inline bool
+ranges_overlap (uint64_t off, uint64_t len, uint64_t start, uint64_t size)
+{
+  return size > 0 && len > 0 && off < start + size && start < off + len;
+}
+
+#endif /* NBDSTACK_QCOW2_INTERNAL_H */

@@ -1,0 +1,114 @@
+/* nbdstack qcow2 library: public interface.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * No nbdkit dependency: the library reads the image through a host I/O
+ * interface (qcow2-hostio.h) and reports errors in a caller-supplied
+ * struct qcow2_error, so it can be unit-tested and fuzzed on an
+ * in-memory file.  All read calls are thread-safe and run in parallel:
+ * the only shared mutable state is the sharded L2 cache.
+ */
+#ifndef NBDSTACK_QCOW2_H
+#define NBDSTACK_QCOW2_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qcow2-hostio.h"
+
+/* One error, filled by the first failing function.  The message is one
+ * line without a trailing newline and without the file name (the caller
+ * knows which file it opened).
+ */
+struct qcow2_error
+{
+  int errnum; /* positive errno */
+  char msg[512];
+};
+
+extern void qcow2_set_error (struct qcow2_error *err, int errnum,
+                             const char *fs, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
+/* Block status bits: the same values as nbdkit's NBDKIT_EXTENT_*. */
+#define QCOW2_STATUS_HOLE 1
+#define QCOW2_STATUS_ZERO 2
+
+/* What lies under an image: a backing file (raw or qcow2) as the reader
+ * sees it.  Reads and status requests never go past 'size'.
+ */
+struct qcow2_layer_ops
+{
+  int (*pread) (void *opaque, void *buf, size_t count, uint64_t offset,
+                struct qcow2_error *err);
+  /* Status of [offset, offset+max): set *len (1..max) and *flags. */
+  int (*block_status) (void *opaque, uint64_t offset, uint64_t max,
+                       uint64_t *len, unsigned *flags, struct qcow2_error *err);
+};
+
+struct qcow2_open_options
+{
+  /* Bytes of L2 tables to cache; 0 means the default (enough for the
+   * whole disk, at most 32 MiB, like qemu).
+   */
+  uint64_t l2_cache_size;
+  /* Serve this internal snapshot (matched by ID first, then by name)
+   * instead of the active layer; NULL for the active layer.
+   */
+  const char *snapshot;
+};
+
+struct qcow2_image;
+
+/* Parse and validate the header of the image on 'io' and prepare it for
+ * reading.  'io' stays owned by the caller and must outlive the image.
+ * Returns NULL on error.
+ */
+extern struct qcow2_image *qcow2_open (struct qcow2_hostio *io,
+                                       const struct qcow2_open_options *opts,
+                                       struct qcow2_error *err);
+extern void qcow2_close (struct qcow2_image *img);
+
+/* Facts about the open image. */
+extern uint64_t qcow2_get_size (const struct qcow2_image *img);
+extern uint32_t qcow2_get_version (const struct qcow2_image *img);
+extern uint32_t qcow2_get_cluster_size (const struct qcow2_image *img);
+extern bool qcow2_is_dirty (const struct qcow2_image *img);
+/* NULL when the image has none. */
+extern const char *qcow2_get_backing_file (const struct qcow2_image *img);
+extern const char *qcow2_get_backing_format (const struct qcow2_image *img);
+extern const char *qcow2_get_data_file (const struct qcow2_image *img);
+extern bool qcow2_data_file_is_raw (const struct qcow2_image *img);
+/* Number of L2 tables the cache holds. */
+extern unsigned qcow2_get_l2_cache_entries (const struct qcow2_image *img);
+
+/* Attach the layer below (backing file) of 'size' bytes.  Without one,
+ * unallocated clusters read as zeroes.  Call before any read.
+ */
+extern void qcow2_set_backing (struct qcow2_image *img,
+                               const struct qcow2_layer_ops *ops, void *opaque,
+                               uint64_t size);
+/* Attach the external data file the image names.  'io' stays owned by
+ * the caller.  Required (reads fail without it) when the image has one.
+ */
+extern void qcow2_set_data_file (struct qcow2_image *img,
+                                 struct qcow2_hostio *io);
+
+/* Read [offset, offset+count) of the virtual disk (must be inside it). */
+extern int qcow2_pread (struct qcow2_image *img, void *buf, size_t count,
+                        uint64_t offset, struct qcow2_error *err);
+
+/* Status of the longest run starting at 'offset', at most 'max' bytes
+ * (max > 0, inside the disk): sets *len and *flags (QCOW2_STATUS_*).
+ */
+extern int qcow2_block_status (struct qcow2_image *img, uint64_t offset,
+                               uint64_t max, uint64_t *len, unsigned *flags,
+                               struct qcow2_error *err);
+
+/* Layer ops over a qcow2 image (opaque = struct qcow2_image *) and over
+ * a raw file (opaque = struct qcow2_hostio *), to build backing chains.
+ */
+extern const struct qcow2_layer_ops qcow2_image_layer_ops;
+extern const struct qcow2_layer_ops qcow2_raw_layer_ops;
+
+#endif /* NBDSTACK_QCOW2_H */
