@@ -1,1 +1,5 @@
-# Tests of zerodetect: TESTS += ..., check_PROGRAMS += ..., EXTRA_DIST += ...
+# Tests of the zerodetect filter (filters/zerodetect).
+ZERODETECT_TESTS = \
+	test-zerodetect-log.sh
+TESTS += $(ZERODETECT_TESTS)
+EXTRA_DIST += $(ZERODETECT_TESTS)
