@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# Upload benchmark: a realistic sample image (bench/make-sample.sh) is
+# uploaded over NBD (unix sockets) with `qemu-img convert -n -W` and with
+# `nbdcopy --flush` into
+#   image     our image plugin           cache=writeback | cache=none
+#   file      nbdkit's file plugin       (default)       | cache=none
+#   qemu-nbd  qemu-nbd -f raw            --cache=writeback | --cache=none --aio=native
+# plus a local `nbdcopy --flush` of the sample to a file (the limit).
+# Every upload goes into a fresh sparse target, is timed (client wall
+# time, including its final flush), and is verified with `qemu-img
+# compare` against the sample; any difference or error aborts the run.
+# Each configuration runs RUNS times, round-robin, and the table shows
+# medians and the speed ratio to the best peer (file, qemu-nbd) with the
+# same client in the same cache mode.
+#
+#   bench/upload.sh
+#
+# Environment (all optional):
+#   SIZE=4G            virtual size of the sample (DATA_PCT, ZERO_PCT, SEED
+#                      are passed on to bench/make-sample.sh)
+#   RUNS=3             runs per configuration (median reported; >= 3 advised)
+#   BUILD=./build      build dir with plugins/image/.libs/nbdkit-image-plugin.so
+#   SAMPLE=FILE        upload this raw image instead of generating one
+#   TARGETS="image file qemu-nbd"   which servers to run
+#   MODES="writeback none"          which cache modes
+#   CLIENTS="convert-W nbdcopy"     which clients
+#   FILTERS="coalesce zerodetect"   also run target "image+F" = the image plugin
+#                      behind these filters of ours (from BUILD), in that order
+#   TMPDIR=/var/tmp    where the private scratch directory goes (needs about
+#                      2x the sample's allocated size free; must not be tmpfs,
+#                      which has no O_DIRECT)
+#   RESULTS=FILE       also write the raw per-run results (TSV) there
+#
+# SPDX-License-Identifier: BSD-3-Clause
+set -euo pipefail
+PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH
+export PATH LC_ALL=C
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+size=${SIZE:-4G}
+runs=${RUNS:-3}
+build=${BUILD:-$top/build}
+build=$(cd "$build" 2>/dev/null && pwd) || { echo "upload: BUILD=$build: no such directory" >&2; exit 1; }
+targets=${TARGETS:-image file qemu-nbd}
+modes=${MODES:-writeback none}
+clients=${CLIENTS:-convert-W nbdcopy}
+filter_names=${FILTERS:-}
+
+say () { echo "upload: $*" >&2; }
+die () { echo "upload: ERROR: $*" >&2; exit 1; }
+
+[[ $runs =~ ^[1-9][0-9]*$ ]] || die "RUNS=$runs: expected a positive integer"
+[ "$runs" -ge 3 ] || say "warning: RUNS=$runs; medians need at least 3 runs"
+for p in nbdkit qemu-img qemu-nbd nbdcopy numfmt awk; do
+  command -v "$p" >/dev/null || die "$p is not installed (scripts/setup.sh installs it)"
+done
+plugin=$build/plugins/image/.libs/nbdkit-image-plugin.so
+case " $targets " in
+  *" image "*) [ -f "$plugin" ] || die "$plugin not found: build first (scripts/setup.sh $build)" ;;
+esac
+filter_args=()
+if [ -n "$filter_names" ]; then
+  for f in $filter_names; do
+    so=$build/filters/$f/.libs/nbdkit-$f-filter.so
+    [ -f "$so" ] || die "FILTERS: $so not found"
+    filter_args+=("--filter=$so")
+  done
+  targets="$targets image+${filter_names// /+}"
+fi
+
+# ---- private scratch dir; every server we start is stopped on exit.
+tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-upload.XXXXXX")
+sock=$tmp/srv.sock
+pidfile=$tmp/srv.pid
+log=$tmp/srv.log
+stop_server ()
+{
+  local pid i
+  pid=$(cat "$pidfile" 2>/dev/null) || return 0
+  rm -f "$pidfile"
+  kill "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 200; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
+  kill -9 "$pid" 2>/dev/null || true
+}
+cleanup ()
+{
+  local rc=$?
+  set +e
+  stop_server
+  if [ $rc -ne 0 ] && [ -s "$log" ]; then
+    echo "---- server log (last 20 lines)" >&2
+    tail -n 20 "$log" >&2
+  fi
+  rm -rf "$tmp"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[ "$(stat -f -c %T "$tmp")" != tmpfs ] ||
+  die "$tmp is on tmpfs (no O_DIRECT): set TMPDIR to a disk-backed directory"
+
+# ---- the sample
+if [ -n "${SAMPLE:-}" ]; then
+  sample=$(realpath "$SAMPLE")
+  [ -f "$sample" ] || die "SAMPLE=$SAMPLE: no such file"
+  say "sample $sample (given)"
+else
+  sample=$tmp/sample.img
+  SIZE=$size BUILD=$build bash "$here/make-sample.sh" "$sample" >&2 ||
+    die "cannot create the sample"
+fi
+vsize=$(stat -c %s "$sample")
+salloc=$(( $(stat -c '%b * %B' "$sample") ))
+free_k=$(df -Pk "$tmp" | awk 'NR == 2 { print $4 }')
+[ $((free_k * 1024)) -gt $((salloc * 3 / 2)) ] ||
+  die "$tmp: not enough free space for a target ($((salloc >> 20)) MiB allocated)"
+
+# ---- servers
+start_server ()               # KIND MODE TARGET
+{
+  local kind=$1 mode=$2 target=$3 i
+  local -a cmd
+  rm -f "$sock" "$pidfile"
+  case $kind in
+    image | image+*)
+      cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile")
+      [[ $kind == image+* ]] && cmd+=("${filter_args[@]}")
+      cmd+=("$plugin" file="$target")
+      [ "$mode" = none ] && cmd+=(cache=none) ;;
+    file)
+      cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile" file file="$target")
+      [ "$mode" = none ] && cmd+=(cache=none) ;;
+    qemu-nbd)
+      # --shared=8 (as oVirt imageio runs it) makes qemu-nbd advertise
+      # multi-conn, so nbdcopy uses several connections as with nbdkit.
+      cmd=(qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f raw
+           --persistent --shared=8)
+      if [ "$mode" = none ]; then cmd+=(--cache=none --aio=native)
+      else cmd+=(--cache=writeback); fi
+      cmd+=("$target") ;;
+    *) die "unknown target $kind" ;;
+  esac
+  : >"$log"
+  "${cmd[@]}" 2>>"$log" || return 1
+  for ((i = 0; i < 200; i++)); do
+    [ -s "$pidfile" ] && [ -S "$sock" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# Is TARGET open with O_DIRECT in the server process?
+server_has_odirect ()
+{
+  local target=$1 pid fd flags
+  pid=$(cat "$pidfile")
+  for fd in /proc/"$pid"/fd/*; do
+    [ "$(readlink "$fd")" = "$target" ] || continue
+    flags=$(awk '/^flags:/ { print $2 }' "/proc/$pid/fdinfo/${fd##*/}")
+    (( 8#$flags & 8#40000 )) && return 0
+  done
+  return 1
+}
+
+# Server CPU seconds (user + system) so far.
+server_cpu ()
+{
+  local pid
+  pid=$(cat "$pidfile")
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' \
+      "/proc/$pid/stat"
+}
+
+# ---- image plugin cache=none: being implemented; detect whether it is real.
+declare -A skip_reason=()
+for t in $targets; do
+  [[ $t == image* ]] || continue
+  case " $modes " in *" none "*) ;; *) continue ;; esac
+  probe=$tmp/probe.img
+  truncate -s 64M "$probe"
+  if ! start_server "$t" none "$probe"; then
+    reason=$(grep -m1 -i 'error' "$log" || head -n 1 "$log")
+    skip_reason[$t/none]="cache=none rejected by the plugin: ${reason:-nbdkit did not start}"
+  elif ! server_has_odirect "$probe"; then
+    skip_reason[$t/none]="cache=none accepted but the image is not opened with O_DIRECT"
+  fi
+  stop_server
+  rm -f "$probe"
+  [ -z "${skip_reason[$t/none]:-}" ] || say "$t cache=none: SKIPPED: ${skip_reason[$t/none]}"
+done
+
+# ---- one timed, verified upload.  Appends a TSV line to $tmp/results.
+results=$tmp/results
+: >"$results"
+upload_once ()                # RUN KIND MODE CLIENT
+{
+  local run=$1 kind=$2 mode=$3 client=$4 target=$tmp/target.img
+  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs
+  rm -f "$target"
+  truncate -s "$vsize" "$target"
+  sync -f "$tmp"               # start from a quiet disk (not timed)
+  if [ "$kind" = local ]; then
+    t0=$EPOCHREALTIME
+    nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
+    t1=$EPOCHREALTIME
+  else
+    start_server "$kind" "$mode" "$target" ||
+      die "$kind ($mode) did not start: $(tail -n 3 "$log")"
+    t0=$EPOCHREALTIME
+    case $client in
+      convert-W) qemu-img convert -n -W -f raw -O raw "$sample" "$uri" ;;
+      nbdcopy)   nbdcopy --flush "$sample" "$uri" ;;
+    esac || die "upload failed: $kind $mode $client (run $run)"
+    t1=$EPOCHREALTIME
+    cpu=$(server_cpu)
+    stop_server
+  fi
+  qemu-img compare -q -f raw -F raw "$sample" "$target" ||
+    die "VERIFY FAILED: $kind $mode $client (run $run): target differs from the sample"
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" >>"$results"
+  say "run $run: $kind $mode $client: $secs s (server CPU $cpu s), verified"
+  rm -f "$target"
+}
+
+# ---- the runs: round-robin, so slow phases of the machine hit every
+# configuration alike; the order rotates every round.
+configs=()
+for t in $targets; do
+  for m in $modes; do
+    for c in $clients; do
+      configs+=("$t $m $c")
+    done
+  done
+done
+configs+=("local - nbdcopy")
+
+say "warming the page cache with the sample"
+nbdcopy "$sample" null:
+load_before=$(uptime)
+say "load before: $load_before"
+n=${#configs[@]}
+for ((r = 1; r <= runs; r++)); do
+  for ((i = 0; i < n; i++)); do
+    read -r t m c <<<"${configs[$(((i + r - 1) % n))]}"
+    [ -z "${skip_reason[$t/$m]:-}" ] || continue
+    upload_once "$r" "$t" "$m" "$c"
+  done
+done
+load_after=$(uptime)
+say "load after: $load_after"
+[ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
+
+# ---- the table
+skips=$tmp/skips
+: >"$skips"
+for k in "${!skip_reason[@]}"; do
+  printf '%s\t%s\n' "$k" "${skip_reason[$k]}" >>"$skips"
+done
+echo
+echo "Upload of $(numfmt --to=iec "$vsize") virtual, $(numfmt --to=iec "$salloc") allocated ($sample);"
+echo "median of $runs runs; MB/s = virtual size / wall time (10^6 bytes/s);"
+echo "vs best peer = best peer's median / this median for the same client and cache mode"
+echo "(> 1.00: faster than the best peer); vs limit = local copy median / this median."
+echo "nbdkit $(nbdkit --version | awk '{print $2}'), $(qemu-nbd --version | head -1), $(nbdcopy --version | head -1)"
+echo "load before: $load_before"
+echo "load after:  $load_after"
+echo
+awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" -v skipfile="$skips" '
+function median(list,   a, n, i, j, t) {
+  n = split(list, a, " ")
+  for (i = 2; i <= n; i++) {            # insertion sort, numeric
+    t = a[i] + 0
+    for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]
+    a[j + 1] = t
+  }
+  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+BEGIN {
+  while ((getline line < skipfile) > 0) {
+    split(line, sf, "\t"); skip[sf[1]] = sf[2]
+  }
+}
+{
+  k = $1 " " $2 " " $3
+  secs[k] = secs[k] (secs[k] == "" ? "" : " ") $5
+  cpus[k] = cpus[k] (cpus[k] == "" ? "" : " ") $6
+}
+END {
+  nc = split(configs, cl, "\n")
+  for (i = 1; i <= nc; i++) {
+    k = cl[i]
+    if (k in secs) med[k] = median(secs[k])
+  }
+  # best peer per (mode, client)
+  for (k in med) {
+    split(k, f, " ")
+    if (f[1] == "file" || f[1] == "qemu-nbd") {
+      mc = f[2] " " f[3]
+      if (!(mc in best) || med[k] < best[mc]) best[mc] = med[k]
+    }
+  }
+  limit = med["local - nbdcopy"]
+  printf "| %-18s | %-9s | %-9s | %8s | %7s | %-23s | %10s | %12s | %8s |\n", \
+    "target", "mode", "client", "median s", "MB/s", "runs (s)", "server CPU", "vs best peer", "vs limit"
+  printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------", "-----------", \
+    "-----------", "---------:", "--------:", "-------------------------", "-----------:", \
+    "-------------:", "---------:"
+  for (i = 1; i <= nc; i++) {
+    k = cl[i]; split(k, f, " ")
+    if (f[1] == "local") { tgt = "local file (limit)"; mode = "-" }
+    else { tgt = f[1]; mode = f[2] }
+    sk = f[1] "/" f[2]
+    if (!(k in med)) {
+      printf "| %-18s | %-9s | %-9s | %8s | %7s | %-23s | %10s | %12s | %8s |\n", \
+        tgt, mode, f[3], "-", "-", "skipped", "-", "-", "-"
+      continue
+    }
+    m = med[k]; mc = f[2] " " f[3]
+    rp = (mc in best) ? sprintf("%.2f", best[mc] / m) : "-"
+    rl = limit ? sprintf("%.2f", limit / m) : "-"
+    cpu = (cpus[k] ~ /^[- ]*$/) ? "-" : sprintf("%.2f", median(cpus[k]))
+    printf "| %-18s | %-9s | %-9s | %8.2f | %7.0f | %-23s | %10s | %12s | %8s |\n", \
+      tgt, mode, f[3], m, SIZE / m / 1e6, secs[k], cpu, rp, rl
+  }
+  for (sk in skip) printf "\nskipped %s: %s\n", sk, skip[sk]
+}' SIZE="$vsize" "$results"
