@@ -1,1 +1,5 @@
-# Tests of discard: TESTS += ..., check_PROGRAMS += ..., EXTRA_DIST += ...
+# Tests of the discard filter (filters/discard).
+DISCARD_TESTS = \
+	test-discard-log.sh
+TESTS += $(DISCARD_TESTS)
+EXTRA_DIST += $(DISCARD_TESTS)
