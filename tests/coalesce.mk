@@ -1,1 +1,8 @@
-# Tests of coalesce: TESTS += ..., check_PROGRAMS += ..., EXTRA_DIST += ...
+# Tests of the coalesce filter (filters/coalesce).
+COALESCE_TESTS = \
+	test-coalesce-randops.sh \
+	test-coalesce-visibility.sh \
+	test-coalesce-durability.sh \
+	test-coalesce-errors.sh
+TESTS += $(COALESCE_TESTS)
+EXTRA_DIST += $(COALESCE_TESTS)
