@@ -1,5 +1,6 @@
 # Tests of the discard filter (filters/discard).
 DISCARD_TESTS = \
-	test-discard-log.sh
+	test-discard-log.sh \
+	test-discard-errors.sh
 TESTS += $(DISCARD_TESTS)
 EXTRA_DIST += $(DISCARD_TESTS)

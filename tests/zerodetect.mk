@@ -1,5 +1,6 @@
 # Tests of the zerodetect filter (filters/zerodetect).
 ZERODETECT_TESTS = \
-	test-zerodetect-log.sh
+	test-zerodetect-log.sh \
+	test-zerodetect-errors.sh
 TESTS += $(ZERODETECT_TESTS)
 EXTRA_DIST += $(ZERODETECT_TESTS)

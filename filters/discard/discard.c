@@ -124,6 +124,27 @@ parse_choice (const char *key, const char *value, const char *const *names,
   return -1;
 }
 
+/* Parse a size parameter.  nbdkit_parse_size's own message does not
+ * name the parameter, so reject malformed values here first with one
+ * line that does (digits, then at most one unit letter).
+ */
+static int64_t
+parse_size_param (const char *key, const char *value)
+{
+  size_t n = strspn (value, "0123456789");
+
+  if (n == 0
+      || (value[n] != '\0'
+          && (value[n + 1] != '\0'
+              || strchr ("bBkKmMgGtTpPeE", value[n]) == NULL)))
+    {
+      nbdkit_error ("%s=%s: expected a size such as 4096, 64K or 1M", key,
+                    value);
+      return -1;
+    }
+  return nbdkit_parse_size (value);
+}
+
 #define MIN_SIZE 512
 #define MAX_GRANULARITY (1024 * 1024 * 1024)
 
@@ -150,7 +171,7 @@ discard_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     }
   if (strcmp (key, "discard-granularity") == 0)
     {
-      r = nbdkit_parse_size (value);
+      r = parse_size_param (key, value);
       if (r == -1)
         return -1;
       if (r != 0 && (r < MIN_SIZE || r > MAX_GRANULARITY || !is_power_of_2 (r)))
@@ -165,7 +186,7 @@ discard_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     }
   if (strcmp (key, "discard-max") == 0)
     {
-      r = nbdkit_parse_size (value);
+      r = parse_size_param (key, value);
       if (r == -1)
         return -1;
       if (r != 0 && r < MIN_SIZE)

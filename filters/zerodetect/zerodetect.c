@@ -87,6 +87,27 @@ zerodetect_unload (void)
                 stat_get (&stats.data_reqs), stat_get (&stats.data_bytes));
 }
 
+/* Parse a size parameter.  nbdkit_parse_size's own message does not
+ * name the parameter, so reject malformed values here first with one
+ * line that does (digits, then at most one unit letter).
+ */
+static int64_t
+parse_size_param (const char *key, const char *value)
+{
+  size_t n = strspn (value, "0123456789");
+
+  if (n == 0
+      || (value[n] != '\0'
+          && (value[n + 1] != '\0'
+              || strchr ("bBkKmMgGtTpPeE", value[n]) == NULL)))
+    {
+      nbdkit_error ("%s=%s: expected a size such as 4096, 64K or 1M", key,
+                    value);
+      return -1;
+    }
+  return nbdkit_parse_size (value);
+}
+
 /* Smallest and largest granularity accepted.  Below 512 the per-piece
  * overhead dominates; above the server's 64M request limit no write could
  * contain an aligned block anyway.
@@ -115,7 +136,7 @@ zerodetect_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     }
   if (strcmp (key, "zerodetect-granularity") == 0)
     {
-      int64_t r = nbdkit_parse_size (value);
+      int64_t r = parse_size_param (key, value);
       if (r == -1)
         return -1;
       if (r != 0
