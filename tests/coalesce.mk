@@ -3,6 +3,8 @@ COALESCE_TESTS = \
 	test-coalesce-randops.sh \
 	test-coalesce-visibility.sh \
 	test-coalesce-durability.sh \
-	test-coalesce-errors.sh
+	test-coalesce-errors.sh \
+	test-coalesce-memory.sh \
+	test-coalesce-log.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)

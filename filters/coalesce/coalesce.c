@@ -92,6 +92,7 @@ static struct timespec dirty_since; /* oldest time dirty data may date from */
 static struct timespec retry_after; /* background backoff after failure */
 static bool stopping;
 static bool bg_running;
+static bool wt_leader; /* writethrough: a group commit is running */
 static pthread_t bg_thread;
 
 /* Reads look below without the lock and then overlay the buffer; a
@@ -416,6 +417,19 @@ inflight_before (uint64_t S)
   return false;
 }
 
+/* True while an interval holding writes older than S is not written. */
+static bool
+pending_before (uint64_t S)
+{
+  size_t i;
+
+  for (i = 0; i < set.len; ++i)
+    if ((set.v[i].state == IV_INFLIGHT || set.v[i].state == IV_DIRTY)
+        && set.v[i].oldest < S)
+      return true;
+  return false;
+}
+
 /* Make everything acknowledged so far reach the plugin and, if
  * do_flush, be flushed.  Returns 0 or -1 with *err set.  This is what
  * NBD_CMD_FLUSH, FUA and writethrough writes wait for.
@@ -433,7 +447,25 @@ sync_all (bool do_flush, int *err)
   F0 = fail_gen;
   e0 = err_pending;
   rep0 = err_reported;
-  failures = writeback_before (S, &first_err);
+  if (mode == MODE_WRITETHROUGH)
+    {
+      /* Group commit: one thread at a time writes back everything that
+       * is dirty.  Writers arriving meanwhile wait, and the next of
+       * them writes all of their data as one merged, ordered batch.
+       */
+      failures = 0;
+      while (wt_leader && fail_gen == F0 && pending_before (S))
+        pthread_cond_wait (&changed, &lock);
+      if (fail_gen == F0 && pending_before (S))
+        {
+          wt_leader = true;
+          failures = writeback_before (++seq, &first_err);
+          wt_leader = false;
+          pthread_cond_broadcast (&changed);
+        }
+    }
+  else
+    failures = writeback_before (S, &first_err);
   /* Others may be writing older data right now: wait for them. */
   while (failures == 0 && fail_gen == F0 && inflight_before (S))
     pthread_cond_wait (&changed, &lock);
@@ -501,7 +533,8 @@ bg_writer (void *arg)
       add_ms (&deadline, delay_ms);
       if (ts_before (&deadline, &retry_after))
         deadline = retry_after;
-      due = set.dirty_bytes > 0 && ts_before (&retry_after, &t)
+      due = mode == MODE_WRITEBACK && set.dirty_bytes > 0
+            && ts_before (&retry_after, &t)
             && (set.charged >= high_water || !ts_before (&t, &deadline));
       if (due)
         {
@@ -513,7 +546,8 @@ bg_writer (void *arg)
             dirty_since = t;
           continue;
         }
-      if (set.dirty_bytes > 0)
+      /* (Writethrough writers write their own data: nothing to time.) */
+      if (mode == MODE_WRITEBACK && set.dirty_bytes > 0)
         pthread_cond_timedwait (&wake_bg, &lock, &deadline);
       else
         pthread_cond_wait (&wake_bg, &lock);

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# coalesce: what reaches the plugin (nbdkit's log filter right below
+# coalesce) is few, merged writes in ascending order:
+#  - 64 x 4K written in descending order become one 256K write;
+#  - two connections writing alternate 64K blocks of 2M, descending,
+#    become 1M writes (coalesce-max-write=1M), ascending;
+#  - writes with gaps stay separate but ascending;
+#  - a buffered write later covered by a zero is never written;
+#  - FUA writes the buffer and flushes before answering;
+#  - writethrough (second server) still merges concurrent writes.
+# SPDX-License-Identifier: BSD-3-Clause
+. ./functions.sh
+require nbdsh
+require_filter_version
+CO=$(filter_so coalesce)
+
+requests ()
+{
+  if grep -q ' return=-1' "$1"; then
+    fail "$1: a request failed below the filter"
+  fi
+  sed -n -E 's/^.* connection=[0-9]+ (Write|Zero|Trim|Flush) id=[0-9]+ ?(.*) \.\.\.$/\1 \2/p' \
+    "$1" | sed 's/ *$//'
+}
+
+start_nbdkit wb --filter="$CO" --filter=log memory 8M \
+  logfile="$T/wb-requests.log" coalesce-delay=600000 coalesce-max-write=1M
+URI="$(uri wb)" nbdsh -c - <<'PY' || fail "nbdsh failed"
+import os
+a = nbd.NBD(); a.connect_uri(os.environ["URI"])
+b = nbd.NBD(); b.connect_uri(os.environ["URI"])
+for i in reversed(range(64)):
+    a.pwrite(os.urandom(4096), i * 4096)
+a.flush()
+for i in reversed(range(32)):
+    (a if i % 2 else b).pwrite(os.urandom(65536), (1 << 20) + i * 65536)
+b.flush()
+for off in (0x402000, 0x400000, 0x404000):
+    a.pwrite(os.urandom(4096), off)
+a.flush()
+a.pwrite(os.urandom(8192), 0x500000)
+a.zero(8192, 0x500000)
+a.pwrite(os.urandom(512), 0x600200)
+a.pwrite(os.urandom(512), 0x600000, nbd.CMD_FLAG_FUA)
+a.shutdown(); b.shutdown()
+PY
+stop_nbdkit wb
+requests "$T/wb-requests.log" >"$T/wb.got"
+cat >"$T/wb.want" <<'EOF'
+Write offset=0x0 count=0x40000 fua=0
+Flush
+Write offset=0x100000 count=0x100000 fua=0
+Write offset=0x200000 count=0x100000 fua=0
+Flush
+Write offset=0x400000 count=0x1000 fua=0
+Write offset=0x402000 count=0x1000 fua=0
+Write offset=0x404000 count=0x1000 fua=0
+Flush
+Zero offset=0x500000 count=0x2000 trim=1 fua=0 fast=0
+Write offset=0x600000 count=0x400 fua=0
+Flush
+EOF
+# A clean shutdown may add a final Flush.
+diff -u "$T/wb.want" <(head -n 12 "$T/wb.got") ||
+  fail "writeback: unexpected requests below the filter"
+
+# Writethrough: 8 threads x 256 x 4K sequential-ish writes at QD 8 on
+# one connection; concurrent writes merge, so fewer writes reach the
+# plugin than were sent, and every one is answered only when written.
+start_nbdkit wt --filter="$CO" --filter=log --filter=delay memory 8M \
+  logfile="$T/wt-requests.log" delay-write=2ms coalesce-mode=writethrough
+URI="$(uri wt)" nbdsh -c - <<'PY' || fail "nbdsh failed"
+import os
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+data = os.urandom(4096 * 256)
+cookies = []
+for i in range(256):
+    cookies.append(h.aio_pwrite(data[i * 4096:(i + 1) * 4096], i * 4096))
+    while h.aio_in_flight() >= 8:
+        h.poll(-1)
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+for c in cookies:
+    assert h.aio_command_completed(c)
+assert h.pread(len(data), 0) == data
+PY
+stop_nbdkit wt
+n=$(requests "$T/wt-requests.log" | grep -c '^Write')
+echo "writethrough: 256 client writes became $n plugin writes"
+[ "$n" -lt 128 ] || fail "writethrough did not merge concurrent writes ($n)"
+echo "coalesce log: OK"
