@@ -1,1 +1,22 @@
-# Tests of image: TESTS += ..., check_PROGRAMS += ..., EXTRA_DIST += ...
+# Tests of the image plugin's raw format (plugins/image/raw*.c, image.c).
+IMAGE_TESTS = \
+	test-image-params.sh \
+	test-image-create.sh \
+	test-image-format.sh \
+	test-image-randops.sh \
+	test-image-rmw.sh \
+	test-image-extents.sh \
+	test-image-fua.sh \
+	test-image-readonly.sh \
+	test-image-fast-zero.sh \
+	test-image-loop.sh \
+	test-image-upload.sh
+TESTS += $(IMAGE_TESTS)
+EXTRA_DIST += $(IMAGE_TESTS)
+
+# Concurrent sub-sector writes (cache=none read-modify-write).
+check_PROGRAMS += test-image-rmw
+test_image_rmw_SOURCES = test-image-rmw.c
+test_image_rmw_CFLAGS = $(TESTS_CFLAGS_COMMON)
+test_image_rmw_LDADD = $(TESTS_LDADD_COMMON)
+test_image_rmw_LDFLAGS = $(TESTS_LDFLAGS_COMMON)

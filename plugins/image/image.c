@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,8 +17,18 @@
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
 
-enum format_choice { FORMAT_AUTO, FORMAT_RAW, FORMAT_QCOW2 };
-enum create_mode { CREATE_NO, CREATE_YES, CREATE_FORCE };
+enum format_choice
+{
+  FORMAT_AUTO,
+  FORMAT_RAW,
+  FORMAT_QCOW2
+};
+enum create_mode
+{
+  CREATE_NO,
+  CREATE_YES,
+  CREATE_FORCE
+};
 
 static char *filename;
 static enum format_choice format_choice = FORMAT_AUTO;
@@ -29,8 +40,27 @@ static const struct format_ops *format;
 static void *format_state;
 
 static const struct format_ops *const all_formats[] = {
-  &raw_format, &qcow2_format,
+  &raw_format,
+  &qcow2_format,
 };
+
+/* Like nbdkit_parse_bool, but the error names the parameter. */
+static int
+parse_bool_param (const char *key, const char *value, const char *expected)
+{
+  static const char *const yes[] = { "1", "true", "yes", "on" };
+  static const char *const no[] = { "0", "false", "no", "off" };
+
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; ++i)
+    {
+      if (strcasecmp (value, yes[i]) == 0)
+        return 1;
+      if (strcasecmp (value, no[i]) == 0)
+        return 0;
+    }
+  nbdkit_error ("%s=%s: expected %s", key, value, expected);
+  return -1;
+}
 
 static void
 image_unload (void)
@@ -41,70 +71,81 @@ image_unload (void)
 static int
 image_config (const char *key, const char *value)
 {
-  if (strcmp (key, "file") == 0) {
-    free (filename);
-    /* The file may not exist yet when create=true, so only make the path
-     * absolute here; existence is checked in .config_complete.
-     */
-    filename = nbdkit_absolute_path (value);
-    return filename ? 0 : -1;
-  }
-  if (strcmp (key, "format") == 0) {
-    if (strcmp (value, "auto") == 0)
-      format_choice = FORMAT_AUTO;
-    else if (strcmp (value, "raw") == 0)
-      format_choice = FORMAT_RAW;
-    else if (strcmp (value, "qcow2") == 0)
-      format_choice = FORMAT_QCOW2;
-    else {
-      nbdkit_error ("format=%s: expected auto, raw or qcow2", value);
-      return -1;
+  if (strcmp (key, "file") == 0)
+    {
+      free (filename);
+      /* The file may not exist yet when create=true, so only make the path
+       * absolute here; existence is checked in .config_complete.
+       */
+      filename = nbdkit_absolute_path (value);
+      return filename ? 0 : -1;
     }
-    return 0;
-  }
-  if (strcmp (key, "cache") == 0) {
-    if (strcmp (value, "writeback") == 0)
-      options.cache = CACHE_WRITEBACK;
-    else if (strcmp (value, "none") == 0)
-      options.cache = CACHE_NONE;
-    else {
-      nbdkit_error ("cache=%s: expected writeback or none", value);
-      return -1;
+  if (strcmp (key, "format") == 0)
+    {
+      if (strcmp (value, "auto") == 0)
+        format_choice = FORMAT_AUTO;
+      else if (strcmp (value, "raw") == 0)
+        format_choice = FORMAT_RAW;
+      else if (strcmp (value, "qcow2") == 0)
+        format_choice = FORMAT_QCOW2;
+      else
+        {
+          nbdkit_error ("format=%s: expected auto, raw or qcow2", value);
+          return -1;
+        }
+      return 0;
     }
-    return 0;
-  }
-  if (strcmp (key, "readonly") == 0) {
-    int r = nbdkit_parse_bool (value);
-    if (r == -1)
-      return -1;
-    options.readonly = r;
-    return 0;
-  }
-  if (strcmp (key, "create") == 0) {
-    if (strcmp (value, "force") == 0)
-      create_mode = CREATE_FORCE;
-    else {
-      int r = nbdkit_parse_bool (value);
+  if (strcmp (key, "cache") == 0)
+    {
+      if (strcmp (value, "writeback") == 0)
+        options.cache = CACHE_WRITEBACK;
+      else if (strcmp (value, "none") == 0)
+        options.cache = CACHE_NONE;
+      else
+        {
+          nbdkit_error ("cache=%s: expected writeback or none", value);
+          return -1;
+        }
+      return 0;
+    }
+  if (strcmp (key, "readonly") == 0)
+    {
+      int r = parse_bool_param (key, value, "true or false");
       if (r == -1)
         return -1;
-      create_mode = r ? CREATE_YES : CREATE_NO;
+      options.readonly = r;
+      return 0;
     }
-    return 0;
-  }
-  if (strcmp (key, "size") == 0) {
-    create_size = nbdkit_parse_size (value);
-    if (create_size == -1)
-      return -1;
-    return 0;
-  }
+  if (strcmp (key, "create") == 0)
+    {
+      if (strcmp (value, "force") == 0)
+        create_mode = CREATE_FORCE;
+      else
+        {
+          int r = parse_bool_param (key, value, "true, false or force");
+          if (r == -1)
+            return -1;
+          create_mode = r ? CREATE_YES : CREATE_NO;
+        }
+      return 0;
+    }
+  if (strcmp (key, "size") == 0)
+    {
+      create_size = nbdkit_parse_size (value);
+      if (create_size == -1)
+        return -1;
+      return 0;
+    }
 
-  for (size_t i = 0; i < sizeof all_formats / sizeof all_formats[0]; ++i) {
-    if (all_formats[i]->config) {
-      int r = all_formats[i]->config (key, value);
-      if (r != 0)
-        return r == 1 ? 0 : -1;
+  for (size_t i = 0; i < sizeof all_formats / sizeof all_formats[0]; ++i)
+    {
+      if (all_formats[i]->config)
+        {
+          int r = all_formats[i]->config (key, value);
+          if (r != 0)
+            return r == 1 ? 0 : -1;
+        }
     }
-  }
   nbdkit_error ("unknown parameter '%s'", key);
   return -1;
 }
@@ -116,39 +157,55 @@ create_file (void)
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
   int fd;
 
-  if (create_size < 0) {
-    nbdkit_error ("create=%s needs size=SIZE",
-                  create_mode == CREATE_FORCE ? "force" : "true");
-    return -1;
+  if (create_size < 0)
+    {
+      nbdkit_error ("create=%s needs size=SIZE",
+                    create_mode == CREATE_FORCE ? "force" : "true");
+      return -1;
+    }
+  /* Never truncate or "resize" a device or anything else by accident. */
+  {
+    struct stat st;
+    if (stat (filename, &st) == 0 && !S_ISREG (st.st_mode))
+      {
+        nbdkit_error ("%s: create=%s: exists and is not a regular file",
+                      filename, create_mode == CREATE_FORCE ? "force" : "true");
+        return -1;
+      }
   }
   if (create_mode == CREATE_YES)
     flags |= O_EXCL;
   else
     flags |= O_TRUNC;
   fd = open (filename, flags, 0644);
-  if (fd == -1) {
-    if (errno == EEXIST) {
-      /* Refusing to clobber is the point of create=true. */
-      struct stat st;
-      if (stat (filename, &st) == 0 && S_ISREG (st.st_mode)
-          && st.st_size == create_size)
-        return 0;
-      nbdkit_error ("%s: already exists with a different size "
-                    "(use create=force to replace it)", filename);
+  if (fd == -1)
+    {
+      if (errno == EEXIST)
+        {
+          /* Refusing to clobber is the point of create=true. */
+          struct stat st;
+          if (stat (filename, &st) == 0 && S_ISREG (st.st_mode)
+              && st.st_size == create_size)
+            return 0;
+          nbdkit_error ("%s: already exists with a different size "
+                        "(use create=force to replace it)",
+                        filename);
+          return -1;
+        }
+      nbdkit_error ("%s: cannot create: %m", filename);
       return -1;
     }
-    nbdkit_error ("%s: cannot create: %m", filename);
-    return -1;
-  }
-  if (ftruncate (fd, create_size) == -1) {
-    nbdkit_error ("%s: cannot set size: %m", filename);
-    close (fd);
-    return -1;
-  }
-  if (close (fd) == -1) {
-    nbdkit_error ("%s: close: %m", filename);
-    return -1;
-  }
+  if (ftruncate (fd, create_size) == -1)
+    {
+      nbdkit_error ("%s: cannot set size: %m", filename);
+      close (fd);
+      return -1;
+    }
+  if (close (fd) == -1)
+    {
+      nbdkit_error ("%s: close: %m", filename);
+      return -1;
+    }
   return 0;
 }
 
@@ -160,18 +217,21 @@ sniff_format (enum format_choice *choice)
   ssize_t r;
   int fd = open (filename, O_RDONLY | O_CLOEXEC);
 
-  if (fd == -1) {
-    nbdkit_error ("%s: %m", filename);
-    return -1;
-  }
+  if (fd == -1)
+    {
+      nbdkit_error ("%s: %m", filename);
+      return -1;
+    }
   r = pread (fd, magic, sizeof magic, 0);
   close (fd);
-  if (r == -1) {
-    nbdkit_error ("%s: reading header: %m", filename);
-    return -1;
-  }
+  if (r == -1)
+    {
+      nbdkit_error ("%s: reading header: %m", filename);
+      return -1;
+    }
   *choice = (r == sizeof magic && memcmp (magic, QCOW2_MAGIC_BYTES, 4) == 0)
-                ? FORMAT_QCOW2 : FORMAT_RAW;
+                ? FORMAT_QCOW2
+                : FORMAT_RAW;
   return 0;
 }
 
@@ -180,31 +240,37 @@ image_config_complete (void)
 {
   struct stat st;
 
-  if (filename == NULL) {
-    nbdkit_error ("you must supply the file=PATH parameter");
-    return -1;
-  }
-  if (create_mode != CREATE_NO) {
-    if (create_file () == -1)
+  if (filename == NULL)
+    {
+      nbdkit_error ("you must supply the file=PATH parameter");
       return -1;
-  }
-  else if (create_size >= 0) {
-    nbdkit_error ("size=SIZE is only used with create=true");
-    return -1;
-  }
-  if (stat (filename, &st) == -1) {
-    nbdkit_error ("%s: %m", filename);
-    return -1;
-  }
-  if (S_ISDIR (st.st_mode)) {
-    nbdkit_error ("%s: is a directory, expected a file or block device",
-                  filename);
-    return -1;
-  }
-  if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode)) {
-    nbdkit_error ("%s: not a regular file or block device", filename);
-    return -1;
-  }
+    }
+  if (create_mode != CREATE_NO)
+    {
+      if (create_file () == -1)
+        return -1;
+    }
+  else if (create_size >= 0)
+    {
+      nbdkit_error ("size=SIZE is only used with create=true");
+      return -1;
+    }
+  if (stat (filename, &st) == -1)
+    {
+      nbdkit_error ("%s: %m", filename);
+      return -1;
+    }
+  if (S_ISDIR (st.st_mode))
+    {
+      nbdkit_error ("%s: is a directory, expected a file or block device",
+                    filename);
+      return -1;
+    }
+  if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode))
+    {
+      nbdkit_error ("%s: not a regular file or block device", filename);
+      return -1;
+    }
   if (format_choice == FORMAT_AUTO && sniff_format (&format_choice) == -1)
     return -1;
   format = format_choice == FORMAT_QCOW2 ? &qcow2_format : &raw_format;
@@ -238,10 +304,10 @@ image_open (int readonly)
   return NBDKIT_HANDLE_NOT_NEEDED;
 }
 
-#define FEATURE(name, absent)                                               \
-  static int image_##name (void *handle)                                    \
-  {                                                                         \
-    return format->name ? format->name (format_state) : (absent);           \
+#define FEATURE(name, absent)                                                  \
+  static int image_##name (void *handle)                                       \
+  {                                                                            \
+    return format->name ? format->name (format_state) : (absent);              \
   }
 FEATURE (can_write, 0)
 FEATURE (can_flush, 0)
@@ -322,11 +388,11 @@ image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   return format->cache (format_state, count, offset, flags);
 }
 
-#define image_config_help                                                   \
-  "file=<PATH>                (required) Image file or block device.\n"    \
-  "format=auto|raw|qcow2      Image format (default auto: sniffed).\n"     \
-  "cache=writeback|none       Host page cache use (none = O_DIRECT).\n"    \
-  "readonly=true              Never open the image for writing.\n"        \
+#define image_config_help                                                      \
+  "file=<PATH>                (required) Image file or block device.\n"        \
+  "format=auto|raw|qcow2      Image format (default auto: sniffed).\n"         \
+  "cache=writeback|none       Host page cache use (none = O_DIRECT).\n"        \
+  "readonly=true              Never open the image for writing.\n"             \
   "create=true|force size=SIZE Create a sparse raw file first."
 
 static struct nbdkit_plugin plugin = {
