@@ -1,1 +1,5 @@
 # Tests of qcow2: TESTS += ..., check_PROGRAMS += ..., EXTRA_DIST += ...
+QCOW2_TESTS = \
+	test-qcow2-matrix.sh
+TESTS += $(QCOW2_TESTS)
+EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py
