@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# image plugin: bad parameters and unusable files give one clear error
+# line and a non-zero exit, before any client can connect.
+# SPDX-License-Identifier: BSD-3-Clause
+. ./functions.sh
+
+img=$T/disk.img
+truncate -s 1M "$img"
+mkdir "$T/dir"
+
+# bad MESSAGE PARAMS...: nbdkit must refuse to start with exactly this
+# message, on a single line.
+bad ()
+{
+  local msg=$1 out
+  shift
+  if out=$(nbdkit -U - "$IMAGE_PLUGIN" "$@" --run 'echo SERVED' 2>&1); then
+    fail "accepted: $*"
+  fi
+  case $out in *SERVED*) fail "served despite an error: $*" ;; esac
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] ||
+    fail "expected one error line for '$*', got: $out"
+  [ "$out" = "nbdkit: error: $msg" ] ||
+    fail "for '$*': expected 'nbdkit: error: $msg', got '$out'"
+}
+
+bad "you must supply the file=PATH parameter"
+bad "$T/missing.img: No such file or directory" file="$T/missing.img"
+bad "$T/dir: is a directory, expected a file or block device" file="$T/dir"
+bad "/dev/null: not a regular file or block device" file=/dev/null
+bad "format=bogus: expected auto, raw or qcow2" file="$img" format=bogus
+bad "cache=bogus: expected writeback or none" file="$img" cache=bogus
+bad "readonly=maybe: expected true or false" file="$img" readonly=maybe
+bad "create=maybe: expected true, false or force" file="$img" create=maybe size=1M
+bad "create=true needs size=SIZE" file="$T/new.img" create=true
+bad "size=SIZE is only used with create=true" file="$img" size=1M
+bad "could not parse size string (abc)" file="$T/new.img" create=true size=abc
+bad "size cannot be negative (-5)" file="$T/new.img" create=true size=-5
+bad "unknown parameter 'foo'" file="$img" foo=bar
+bad "$T/nodir/new.img: cannot create: No such file or directory" \
+  file="$T/nodir/new.img" create=true size=1M
+bad "$T/dir: create=force: exists and is not a regular file" \
+  file="$T/dir" create=force size=1M
+[ ! -e "$T/new.img" ] || fail "a refused create left $T/new.img behind"
+
+# The same errors come out of a daemonised server (start_nbdkit).
+if start_nbdkit srv "$IMAGE_PLUGIN" file="$T/missing.img" 2>/dev/null; then
+  fail "start_nbdkit accepted a missing file"
+fi
+grep -q "error: $T/missing.img: No such file or directory" "$(logfile srv)" ||
+  fail "daemonised server did not log the error"
+rm -f "$(logfile srv)"
+
+# Good parameters are accepted, in every spelling of a boolean.
+for b in true false yes no on off 1 0 TRUE; do
+  nbdkit -U - "$IMAGE_PLUGIN" file="$img" readonly=$b cache=none \
+    format=raw --run 'nbdinfo --size "$uri" >/dev/null' ||
+    fail "readonly=$b was refused"
+done
