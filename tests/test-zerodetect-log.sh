@@ -66,6 +66,7 @@ b = bytearray(os.urandom(0x30000)); b[0x10000:0x20000] = bytes(0x10000)
 h.pwrite(bytes(b), 0x300000)                 # one zero block in data
 h.pwrite(buf(0x30000, [0x2ffff]), 0x340000)  # data in the very last byte
 h.pwrite(buf(0x12345), 0x380001)             # all zero, unaligned, odd size
+h.pwrite(buf(0x30000, [0, 0x1ffff]), 0x3b0000) # block edges after data
 h.zero(0x1000, 0x3a0000)                     # client zeroes pass untouched
 h.zero(0x1000, 0x3a0000, nbd.CMD_FLAG_NO_HOLE)
 h.trim(0x1000, 0x3a0000)
@@ -95,6 +96,8 @@ Write offset=0x320000 count=0x10000 fua=0
 Zero offset=0x340000 count=0x20000 trim=0 fua=0 fast=0
 Write offset=0x360000 count=0x10000 fua=0
 Zero offset=0x380001 count=0x12345 trim=0 fua=0 fast=0
+Write offset=0x3b0000 count=0x20000 fua=0
+Zero offset=0x3d0000 count=0x10000 trim=0 fua=0 fast=0
 Zero offset=0x3a0000 count=0x1000 trim=1 fua=0 fast=0
 Zero offset=0x3a0000 count=0x1000 trim=0 fua=0 fast=0
 Trim offset=0x3a0000 count=0x1000 fua=0
@@ -109,7 +112,7 @@ Flush
 EOF
 # Counters are logged at exit (-v).
 stop_nbdkit on
-grep -q 'zerodetect: mode=on granularity=65536 writes=12 ' "$(logfile on)" ||
+grep -q 'zerodetect: mode=on granularity=65536 writes=13 ' "$(logfile on)" ||
   fail "zerodetect counters missing or wrong in $(logfile on)"
 
 # ---- unmap: the same pieces, with MAY_TRIM
