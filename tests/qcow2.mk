@@ -1,5 +1,7 @@
 # Tests of qcow2: TESTS += ..., check_PROGRAMS += ..., EXTRA_DIST += ...
 QCOW2_TESTS = \
-	test-qcow2-matrix.sh
+	test-qcow2-matrix.sh \
+	test-qcow2-refuse.sh \
+	test-qcow2-hostile.sh
 TESTS += $(QCOW2_TESTS)
-EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py
+EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py test-qcow2-patch.py
