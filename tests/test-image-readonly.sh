@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# image plugin, raw: readonly=true, nbdkit -r, and a file that cannot be
+# opened for writing (immutable) all give a read-only export whose
+# writes, zeroes and trims fail with EPERM and leave the file untouched.
+# SPDX-License-Identifier: BSD-3-Clause
+. ./functions.sh
+require nbdsh
+on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
+
+img=$T/disk.img
+head -c 4M /dev/urandom >"$img"
+sum=$(md5sum <"$img")
+
+SCRIPT='
+import errno
+assert h.is_read_only()
+assert h.pread(4096, 8192) == open(IMG, "rb").read()[8192:8192 + 4096]
+h.set_strict_mode(0)   # send them anyway: the server must refuse
+for what, call in [("write", lambda: h.pwrite(b"x" * 512, 0)),
+                   ("write fua", lambda: h.pwrite(b"x" * 512, 0, nbd.CMD_FLAG_FUA)),
+                   ("zero", lambda: h.zero(4096, 0)),
+                   ("trim", lambda: h.trim(4096, 0))]:
+    try:
+        call()
+    except nbd.Error as e:
+        assert e.errnum == errno.EPERM, (what, e)
+    else:
+        raise AssertionError(what + " succeeded on a read-only export")
+'
+
+for cache in writeback none; do
+  start_nbdkit ro-$cache "$IMAGE_PLUGIN" file="$img" readonly=true cache=$cache
+  nbdsh -u "$(uri ro-$cache)" -c "IMG='$img'" -c "$SCRIPT"
+  start_nbdkit r-$cache -r "$IMAGE_PLUGIN" file="$img" cache=$cache
+  nbdsh -u "$(uri r-$cache)" -c "IMG='$img'" -c "$SCRIPT"
+done
+
+# An immutable file cannot be opened for writing even by root: served
+# read-only rather than refused (like nbdkit's file plugin).
+if chattr +i "$img" 2>/dev/null; then
+  on_exit "chattr -i '$img'"
+  start_nbdkit immutable "$IMAGE_PLUGIN" file="$img"
+  nbdsh -u "$(uri immutable)" -c "IMG='$img'" -c "$SCRIPT"
+  chattr -i "$img"
+else
+  echo "note: chattr +i not supported on $T, immutable case not run" >&2
+fi
+
+[ "$(md5sum <"$img")" = "$sum" ] || fail "a read-only export changed the file"
