@@ -5,4 +5,11 @@ ZERODETECT_TESTS = \
 	test-zerodetect-alloc.sh \
 	test-zerodetect-randops.sh
 TESTS += $(ZERODETECT_TESTS)
+EXTRA_DIST += test-zerodetect-zero-runs.py
 EXTRA_DIST += $(ZERODETECT_TESTS)
+
+# zerodetect and discard stacked (both orders; with coalesce once it lands).
+STACKED_TESTS = \
+	test-filters-stacked-zerodetect-discard.sh
+TESTS += $(STACKED_TESTS)
+EXTRA_DIST += $(STACKED_TESTS)
