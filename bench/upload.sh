@@ -24,8 +24,8 @@
 #   TARGETS="image file qemu-nbd"   which servers to run
 #   MODES="writeback none"          which cache modes
 #   CLIENTS="convert-W nbdcopy"     which clients
-#   FILTERS="coalesce zerodetect"   also run target "image+F" = the image plugin
-#                      behind these filters of ours (from BUILD), in that order
+#   FILTERS="coalesce zerodetect"   also run target "image+filters" = the image
+#                      plugin behind these filters of ours (from BUILD), in that order
 #   TMPDIR=/var/tmp    where the private scratch directory goes (needs about
 #                      2x the sample's allocated size free; must not be tmpfs,
 #                      which has no O_DIRECT)
@@ -66,7 +66,7 @@ if [ -n "$filter_names" ]; then
     [ -f "$so" ] || die "FILTERS: $so not found"
     filter_args+=("--filter=$so")
   done
-  targets="$targets image+${filter_names// /+}"
+  targets="$targets image+filters"
 fi
 
 # ---- private scratch dir; every server we start is stopped on exit.
@@ -268,6 +268,8 @@ echo "median of $runs runs; MB/s = virtual size / wall time (10^6 bytes/s);"
 echo "vs best peer = best peer's median / this median for the same client and cache mode"
 echo "(> 1.00: faster than the best peer); vs limit = local copy median / this median."
 echo "nbdkit $(nbdkit --version | awk '{print $2}'), $(qemu-nbd --version | head -1), $(nbdcopy --version | head -1)"
+[ -z "$filter_names" ] ||
+  echo "image+filters = nbdkit --filter=${filter_names// / --filter=} image (from $build)"
 echo "load before: $load_before"
 echo "load after:  $load_after"
 echo
