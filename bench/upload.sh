@@ -71,6 +71,7 @@ fi
 
 # ---- private scratch dir; every server we start is stopped on exit.
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-upload.XXXXXX")
+tmp=$(realpath "$tmp")   # /proc/PID/fd links are resolved paths
 sock=$tmp/srv.sock
 pidfile=$tmp/srv.pid
 log=$tmp/srv.log
