@@ -201,7 +201,7 @@ results=$tmp/results
 upload_once ()                # RUN KIND MODE CLIENT
 {
   local run=$1 kind=$2 mode=$3 client=$4 target=$tmp/target.img
-  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs
+  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag
   rm -f "$target"
   truncate -s "$vsize" "$target"
   sync -f "$tmp"               # start from a quiet disk (not timed)
@@ -224,8 +224,11 @@ upload_once ()                # RUN KIND MODE CLIENT
   qemu-img compare -q -f raw -F raw "$sample" "$target" ||
     die "VERIFY FAILED: $kind $mode $client (run $run): target differs from the sample"
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" >>"$results"
-  say "run $run: $kind $mode $client: $secs s (server CPU $cpu s), verified"
+  # Host file fragmentation (ext4 extents) of the result.
+  frag=$(filefrag "$target" 2>/dev/null | awk '{ print $(NF - 2) }') || frag=-
+  [[ $frag =~ ^[0-9]+$ ]] || frag=-
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" >>"$results"
+  say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents), verified"
   rm -f "$target"
 }
 
@@ -293,6 +296,7 @@ BEGIN {
   k = $1 " " $2 " " $3
   secs[k] = secs[k] (secs[k] == "" ? "" : " ") $5
   cpus[k] = cpus[k] (cpus[k] == "" ? "" : " ") $6
+  frags[k] = frags[k] (frags[k] == "" ? "" : " ") $7
 }
 END {
   nc = split(configs, cl, "\n")
@@ -309,27 +313,29 @@ END {
     }
   }
   limit = med["local - nbdcopy"]
-  printf "| %-18s | %-9s | %-9s | %8s | %7s | %-23s | %10s | %12s | %8s |\n", \
-    "target", "mode", "client", "median s", "MB/s", "runs (s)", "server CPU", "vs best peer", "vs limit"
-  printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------", "-----------", \
+  printf "| %-18s | %-9s | %-9s | %8s | %7s | %-23s | %10s | %7s | %12s | %8s |\n", \
+    "target", "mode", "client", "median s", "MB/s", "runs (s)", "server CPU", "extents", \
+    "vs best peer", "vs limit"
+  printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------", "-----------", \
     "-----------", "---------:", "--------:", "-------------------------", "-----------:", \
-    "-------------:", "---------:"
+    "--------:", "-------------:", "---------:"
   for (i = 1; i <= nc; i++) {
     k = cl[i]; split(k, f, " ")
     if (f[1] == "local") { tgt = "local file (limit)"; mode = "-" }
     else { tgt = f[1]; mode = f[2] }
     sk = f[1] "/" f[2]
     if (!(k in med)) {
-      printf "| %-18s | %-9s | %-9s | %8s | %7s | %-23s | %10s | %12s | %8s |\n", \
-        tgt, mode, f[3], "-", "-", "skipped", "-", "-", "-"
+      printf "| %-18s | %-9s | %-9s | %8s | %7s | %-23s | %10s | %7s | %12s | %8s |\n", \
+        tgt, mode, f[3], "-", "-", "skipped", "-", "-", "-", "-"
       continue
     }
     m = med[k]; mc = f[2] " " f[3]
     rp = (mc in best) ? sprintf("%.2f", best[mc] / m) : "-"
     rl = limit ? sprintf("%.2f", limit / m) : "-"
     cpu = (cpus[k] ~ /^[- ]*$/) ? "-" : sprintf("%.2f", median(cpus[k]))
-    printf "| %-18s | %-9s | %-9s | %8.2f | %7.0f | %-23s | %10s | %12s | %8s |\n", \
-      tgt, mode, f[3], m, SIZE / m / 1e6, secs[k], cpu, rp, rl
+    frag = (frags[k] ~ /^[- ]*$/) ? "-" : sprintf("%d", median(frags[k]))
+    printf "| %-18s | %-9s | %-9s | %8.2f | %7.0f | %-23s | %10s | %7s | %12s | %8s |\n", \
+      tgt, mode, f[3], m, SIZE / m / 1e6, secs[k], cpu, frag, rp, rl
   }
   for (sk in skip) printf "\nskipped %s: %s\n", sk, skip[sk]
 }' SIZE="$vsize" "$results"
