@@ -1,7 +1,7 @@
 /* nbdstack: concurrent sub-sector writes against one export.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- *   test-image-rmw URI CONNECTIONS ROUNDS [DUMP-FILE]
+ *   test-image-rmw URI CONNECTIONS ROUNDS [DUMP-FILE [SPAN]]
  *
  * With cache=none the image plugin patches partial sectors by
  * read-modify-write.  Two requests writing different bytes of the same
@@ -15,8 +15,9 @@
  * the reference.  libnbd's alignment check is turned off: the point is
  * to send what the block size constraints advise against.
  *
- * Exits 0 when everything matches, after writing the verified contents
- * to DUMP-FILE if given (so the caller can compare the image file).
+ * Only [0, SPAN) is written (default: the whole export); the whole export
+ * is compared.  Exits 0 when everything matches, after writing the verified
+ * contents to DUMP-FILE if given (so the caller can compare the image file).
  */
 #include <config.h>
 
@@ -38,6 +39,7 @@ static unsigned nconn;
 static unsigned rounds;
 static int64_t size;
 static uint64_t nslots;
+static int64_t span;       /* slots cover [0, span) */
 static unsigned char *ref; /* expected contents */
 
 struct worker
@@ -79,7 +81,7 @@ static uint32_t
 slot_len (uint64_t k)
 {
   uint64_t off = k * SLOT;
-  return size - off < SLOT ? size - off : SLOT;
+  return span - off < SLOT ? span - off : SLOT;
 }
 
 struct op
@@ -222,10 +224,11 @@ main (int argc, char *argv[])
   unsigned char *got;
   int failed = 0;
 
-  if (argc != 4 && argc != 5)
+  if (argc < 4 || argc > 6)
     {
-      fprintf (stderr,
-               "usage: test-image-rmw URI CONNECTIONS ROUNDS [DUMP-FILE]\n");
+      fprintf (
+          stderr,
+          "usage: test-image-rmw URI CONNECTIONS ROUNDS [DUMP-FILE [SPAN]]\n");
       exit (EXIT_FAILURE);
     }
   uri = argv[1];
@@ -248,7 +251,10 @@ main (int argc, char *argv[])
                size);
       exit (EXIT_FAILURE);
     }
-  nslots = (size + SLOT - 1) / SLOT;
+  span = argc == 6 ? atoll (argv[5]) : size;
+  if (span <= 0 || span > size)
+    span = size;
+  nslots = (span + SLOT - 1) / SLOT;
   if (nslots < nconn)
     {
       fprintf (stderr, "test-image-rmw: export too small\n");
@@ -315,7 +321,7 @@ main (int argc, char *argv[])
   free (got);
   if (failed)
     exit (EXIT_FAILURE);
-  if (argc == 5)
+  if (argc >= 5 && strcmp (argv[4], "-") != 0)
     {
       FILE *fp = fopen (argv[4], "w");
       if (fp == NULL || fwrite (ref, 1, size, fp) != (size_t)size
