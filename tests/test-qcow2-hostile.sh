@@ -5,30 +5,13 @@
 # crash, hang or read outside the file.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
+. "$srcdir/test-qcow2-functions.sh"
 require qemu-img
 require qemu-io
 require nbdsh
 cd "$T"
 
-patch () { /usr/bin/python3 "$srcdir/test-qcow2-patch.py" "$@"; }
 n=0
-
-# Like start_nbdkit, but in the foreground (in a background job) so that
-# errors from requests still reach the log: a daemonized nbdkit drops
-# its stderr.
-start_logged ()
-{
-  local name=$1 i
-  shift
-  rm -f "$(sock $name)" "$T/$name.pid"
-  "$NBDKIT" -f --log=stderr -U "$(sock $name)" -P "$T/$name.pid" "$@" \
-    2>>"$(logfile $name)" &
-  for ((i = 0; i < 100; i++)); do
-    [ -s "$T/$name.pid" ] && [ -S "$(sock $name)" ] && return 0
-    sleep 0.1
-  done
-  fail "nbdkit $name did not start: $(cat "$(logfile $name)")"
-}
 
 # refused IMG 'MESSAGE': the server refuses to start, saying IMG: MESSAGE.
 refused ()
@@ -59,6 +42,7 @@ buf = h.pread(65536, h.get_size() - 65536)
 assert buf == b"\x77" * 65536' ||
     fail "$img: the server no longer serves good data"
   kill -0 "$pid" || fail "$img: the server died"
+  stop_async $srv
   echo "ok: $img read fails: $msg"
 }
 

@@ -6,35 +6,13 @@
 # image, bitmaps.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
+. "$srcdir/test-qcow2-functions.sh"
 require qemu-img
 require qemu-io
 require nbdsh
 ulimit -c 0
 cd "$T"
 
-# nbdkit takes a second or two to exit; stop servers without waiting
-# and wait for all of them once at the end.
-stopping=()
-stop_async ()
-{
-  local pid
-  pid=$(cat "$T/$1.pid")
-  rm -f "$T/$1.pid"
-  kill "$pid" 2>/dev/null && stopping+=("$pid")
-}
-wait_stopped ()
-{
-  local pid i
-  for pid in "${stopping[@]}"; do
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null
-  done
-  return 0
-}
-on_exit wait_stopped
 
 n=0
 # check IMG [PLUGIN-PARAMS...]: our export equals qemu's reading of IMG,
@@ -48,10 +26,7 @@ check ()
   start_nbdkit $srv "$IMAGE_PLUGIN" file="$T/$img" "$@"
   "$QEMU_IMG" compare -q -f qcow2 -F raw "$T/$img" "$(uri $srv)" ||
     fail "$img: contents differ from qemu's reading"
-  "$QEMU_IMG" map --output=json -f qcow2 "$T/$img" >"$T/$img.map"
-  /usr/bin/python3 "$srcdir/test-qcow2-map.py" "$T/$img.map" "$(uri $srv)" \
-    >"$T/$img.mapcheck" 2>&1 ||
-    fail "$img: extents differ from qemu-img map: $(cat "$T/$img.mapcheck")"
+  check_map "$T/$img" "$(uri $srv)"
   stop_async $srv
   echo "ok: $img $*"
 }

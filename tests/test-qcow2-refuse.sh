@@ -5,10 +5,10 @@
 # unsupported cluster and refcount sizes, a backing file by default.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
+. "$srcdir/test-qcow2-functions.sh"
 require qemu-img
 cd "$T"
 
-patch () { /usr/bin/python3 "$srcdir/test-qcow2-patch.py" "$@"; }
 
 n=0
 # refused IMG 'MESSAGE' [PARAMS...]: the server must not start, and say

@@ -1,0 +1,56 @@
+# Helpers shared by the qcow2 tests, sourced after functions.sh.
+# SPDX-License-Identifier: BSD-3-Clause
+
+# nbdkit takes a second or two to exit.  stop_async stops a server
+# without waiting; the exit trap then waits for all of them at once.
+_q2_stopping=()
+stop_async ()
+{
+  local pid
+  pid=$(cat "$T/$1.pid" 2>/dev/null) || return 0
+  rm -f "$T/$1.pid"
+  kill "$pid" 2>/dev/null && _q2_stopping+=("$pid")
+  return 0
+}
+_q2_wait_stopped ()
+{
+  local pid i
+  for pid in "${_q2_stopping[@]}"; do
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null
+  done
+  return 0
+}
+on_exit _q2_wait_stopped
+
+# Like start_nbdkit, but in the foreground (as a background job) so that
+# errors from requests still reach the log: a daemonized nbdkit drops
+# its stderr.
+start_logged ()
+{
+  local name=$1 i
+  shift
+  rm -f "$(sock $name)" "$T/$name.pid"
+  "$NBDKIT" -f --log=stderr -U "$(sock $name)" -P "$T/$name.pid" "$@" \
+    2>>"$(logfile $name)" &
+  for ((i = 0; i < 100; i++)); do
+    [ -s "$T/$name.pid" ] && [ -S "$(sock $name)" ] && return 0
+    sleep 0.1
+  done
+  fail "nbdkit $name did not start: $(cat "$(logfile $name)")"
+}
+
+# Patch fields of a qcow2 image (see test-qcow2-patch.py).
+patch () { /usr/bin/python3 "$srcdir/test-qcow2-patch.py" "$@"; }
+
+# check_map IMG URI: our extents agree with `qemu-img map` of IMG.
+check_map ()
+{
+  "$QEMU_IMG" map --output=json -f qcow2 "$1" >"$T/map.json"
+  /usr/bin/python3 "$srcdir/test-qcow2-map.py" "$T/map.json" "$2" \
+    >"$T/map.out" 2>&1 ||
+    fail "$1: extents differ from qemu-img map: $(cat "$T/map.out")"
+}
