@@ -10,7 +10,7 @@ require nbdsh
 require filefrag
 require_filter_version
 ZD=$(filter_so zerodetect)
-on_exit 'for p in "$T"/*.pid; do kill "$(cat "$p")" 2>/dev/null; done'
+on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 # The data extents of a raw file as "start+length" lines (qemu-img map
 # asks the file system with SEEK_DATA/SEEK_HOLE).
@@ -95,7 +95,9 @@ assert h.pread(0x200000, 0x100000) == bytes(0x200000)
           fail "$plugin unmap: $after bytes still allocated after writing zeroes"
         ;;
       on)
-        [ "$after" -ge "$before" ] ||
+        # (compared with the 2M written, not with $before: ext4 may
+        # count an extent-tree block in one and not the other)
+        [ "$after" -ge $((2 * 1024 * 1024)) ] ||
           fail "$plugin on: allocation shrank from $before to $after"
         ;;
       off)
