@@ -36,8 +36,8 @@ head -c $((8 * M)) /dev/urandom >"$T/orig"
 n=0
 # check PLUGIN NAME SCRIPT EXPECT-CONTENTS EXPECT-FREED [FILTER ARGS...]:
 # serve a fresh copy of $T/orig, run the nbdsh SCRIPT, then the file
-# must equal EXPECT-CONTENTS (a file) and exactly EXPECT-FREED bytes
-# must have been freed.
+# must equal EXPECT-CONTENTS (a file) and EXPECT-FREED bytes must have
+# been freed.
 check ()
 {
   local plugin=$1 name=$2 script=$3 want=$4 freed=$5 img before after
@@ -54,7 +54,9 @@ check ()
   nbdsh -u "$(uri "d$n")" -c "$script"
   after=$(allocated "$img")
   cmp "$img" "$want" || fail "$plugin $name: contents differ from $want"
-  [ $((before - after)) -eq "$freed" ] ||
+  # Within 8K: ext4 may count an extent-tree block more or less.
+  local d=$((before - after - freed))
+  [ "$d" -ge -8192 ] && [ "$d" -le 8192 ] ||
     fail "$plugin $name: freed $((before - after)) bytes, expected $freed"
   echo "$plugin $name: ok (freed $((before - after)))"
 }
