@@ -33,7 +33,7 @@ run mem-wt -c 4 -n 1500 -s 2 --interleave --stripe=4096 -- \
 # Tiny buffer and merge limit: back-pressure, chunked write-back, and
 # large writes that bypass the buffer.
 run mem-small -c 3 -n 3000 -s 3 --max-len=1048576 -- \
-  memory $SIZE coalesce-size=1M coalesce-max-write=4K
+  memory $SIZE coalesce-size=1M coalesce-max-write=16K
 # coalesce-delay=0: the background writer races every request.
 run mem-nodelay -c 4 -n 3000 -s 4 --interleave --stripe=8192 -- \
   memory $SIZE coalesce-delay=0

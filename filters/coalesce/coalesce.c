@@ -922,11 +922,14 @@ coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
       return -1;
     }
 
-  /* A write that could never fit next to anything else goes straight
-   * down (still ordered after older buffered data).
+  /* A write that is already as large as a merged write would be gains
+   * nothing from the buffer but would pay for a copy and page faults,
+   * and one that could not fit next to anything else must not wait
+   * for the whole buffer: both go straight down (still ordered after
+   * older buffered data of the same range, see direct()).
    */
   charge = iv_charge (&set, a, b);
-  if (charge > buffer_limit / 2)
+  if (count >= max_write || charge > buffer_limit / 2)
     {
       if (direct (OP_WRITE, buf, count, offset, 0, err) == -1)
         return -1;
