@@ -56,7 +56,7 @@ for p in nbdkit qemu-img qemu-nbd nbdcopy numfmt awk; do
   command -v "$p" >/dev/null || die "$p is not installed (scripts/setup.sh installs it)"
 done
 plugin=$build/plugins/image/.libs/nbdkit-image-plugin.so
-case " $targets " in
+case " $targets ${FILTERS:+image} " in
   *" image "*) [ -f "$plugin" ] || die "$plugin not found: build first (scripts/setup.sh $build)" ;;
 esac
 filter_args=()
