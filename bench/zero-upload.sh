@@ -8,12 +8,13 @@
 #   zd-off     our image plugin + zerodetect=off    (the A/B baseline)
 #   zd-on      our image plugin + zerodetect=on     (zeroes stay allocated)
 #   zd-unmap   our image plugin + zerodetect=unmap  (zeroes become holes)
+#   qnbd-off   qemu-nbd -f raw                      (its baseline)
 #   qnbd-on    qemu-nbd -f raw --detect-zeroes=on
 #   qnbd-unmap qemu-nbd -f raw --detect-zeroes=unmap --discard=unmap
 # Each upload is timed (client wall time, including its final flush) and
 # verified with `qemu-img compare`; then the target's allocated size is
-# measured and compared with the sample's non-zero data (counted in
-# GRANULARITY blocks: a block with any non-zero byte must be stored).
+# measured and compared with the sample's non-zero data, counted in 4K
+# file-system blocks (a block with any non-zero byte must be stored).
 # Each configuration runs RUNS times round-robin; medians are reported,
 # with time ratios against zd-off and against the qemu-nbd counterpart.
 #
@@ -24,7 +25,7 @@
 #   SAMPLE=FILE        upload this raw image instead
 #   RUNS=3             runs per configuration (median reported)
 #   GRANULARITY=64K    zerodetect-granularity for the zd-* targets
-#   CONFIGS="zd-off zd-on zd-unmap qnbd-on qnbd-unmap"
+#   CONFIGS="zd-off zd-on zd-unmap qnbd-off qnbd-on qnbd-unmap"
 #   BUILD=./build      build dir with the image plugin and zerodetect filter
 #   TMPDIR=/var/tmp    scratch space (needs the sample plus one target)
 #
@@ -37,7 +38,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 runs=${RUNS:-3}
 gran=${GRANULARITY:-64K}
-configs=${CONFIGS:-zd-off zd-on zd-unmap qnbd-on qnbd-unmap}
+configs=${CONFIGS:-zd-off zd-on zd-unmap qnbd-off qnbd-on qnbd-unmap}
 build=${BUILD:-$top/build}
 
 say () { echo "zero-upload: $*" >&2; }
@@ -97,9 +98,9 @@ else
 fi
 vsize=$(stat -c %s "$sample")
 salloc=$(($(stat -c %b "$sample") * 512))
-# Non-zero data of the sample, in GRANULARITY blocks (only the allocated
-# extents are read).
-nonzero=$(python3 - "$sample" "$gran_bytes" <<'EOF'
+# Non-zero data of the sample in 4K blocks (only the allocated extents
+# are read).
+nonzero=$(python3 - "$sample" 4096 <<'EOF'
 import os, sys
 path, g = sys.argv[1], int(sys.argv[2])
 fd = os.open(path, os.O_RDONLY)
@@ -120,7 +121,7 @@ while off < size:
 print(total)
 EOF
 )
-say "sample $sample: virtual $((vsize >> 20)) MiB, allocated $((salloc >> 20)) MiB, non-zero data $((nonzero >> 20)) MiB (in $gran blocks)"
+say "sample $sample: virtual $((vsize >> 20)) MiB, allocated $((salloc >> 20)) MiB, non-zero data $((nonzero >> 20)) MiB (in 4K blocks)"
 
 target=$tmp/target.img
 start_server ()               # CONFIG
@@ -134,6 +135,9 @@ start_server ()               # CONFIG
       nbdkit --log=stderr -U "$sock" -P "$pidfile" --filter="$filter" \
         "$plugin" format=raw file="$target" \
         zerodetect="${1#zd-}" zerodetect-granularity="$gran" 2>>"$log" ;;
+    qnbd-off)
+      qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f raw \
+        --cache=writeback "$target" 2>>"$log" ;;
     qnbd-on)
       qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f raw \
         --cache=writeback --detect-zeroes=on "$target" 2>>"$log" ;;
@@ -176,7 +180,7 @@ median ()                     # CONFIG COLUMN
   awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$results" |
     sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-printf '\nsample: virtual %d MiB, allocated %d MiB, non-zero data %d MiB (%s blocks); %d runs, medians\n' \
+printf '\nsample: virtual %d MiB, allocated %d MiB, non-zero data %d MiB (4K blocks); zerodetect-granularity=%s; %d runs, medians\n' \
   $((vsize >> 20)) $((salloc >> 20)) $((nonzero >> 20)) "$gran" "$runs"
 printf '%-11s %8s %11s %11s %13s %13s\n' config "time s" "vs zd-off" "vs qemu-nbd" "alloc MiB" "alloc/nonzero"
 base=$(median zd-off 3 2>/dev/null || echo)
@@ -184,6 +188,7 @@ for c in $configs; do
   t=$(median "$c" 3)
   a=$(median "$c" 4)
   case $c in
+    zd-off) peer=qnbd-off ;;
     zd-on) peer=qnbd-on ;;
     zd-unmap) peer=qnbd-unmap ;;
     *) peer= ;;
