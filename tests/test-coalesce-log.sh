@@ -24,7 +24,8 @@ requests ()
 }
 
 start_nbdkit wb --filter="$CO" --filter=log memory 8M \
-  logfile="$T/wb-requests.log" coalesce-delay=600000 coalesce-max-write=1M
+  logfile="$T/wb-requests.log" coalesce-delay=600000 coalesce-max-write=1M \
+  coalesce-threads=1
 URI="$(uri wb)" nbdsh -c - <<'PY' || fail "nbdsh failed"
 import os
 a = nbd.NBD(); a.connect_uri(os.environ["URI"])

@@ -36,7 +36,7 @@ run mem-small -c 3 -n 3000 -s 3 --max-len=1048576 -- \
   memory $SIZE coalesce-size=1M coalesce-max-write=16K
 # coalesce-delay=0: the background writer races every request.
 run mem-nodelay -c 4 -n 3000 -s 4 --interleave --stripe=8192 -- \
-  memory $SIZE coalesce-delay=0
+  memory $SIZE coalesce-delay=0 coalesce-threads=16
 
 # Over files: compare what a clean shutdown leaves on disk with what
 # randops verified, without any final flush from the client.

@@ -13,7 +13,7 @@ CO=$(filter_so coalesce)
 
 truncate -s 4M "$T/disk.img"
 start_nbdkit srv --filter="$CO" --filter=log file "$T/disk.img" \
-  logfile="$T/requests.log" coalesce-delay=600000
+  logfile="$T/requests.log" coalesce-delay=600000 coalesce-threads=1
 export DISK="$T/disk.img" URI="$(uri srv)"
 
 nbdsh -c - <<'PY' || fail "nbdsh checks failed"

@@ -91,9 +91,19 @@ static bool err_reported;           /* err_pending already returned once */
 static struct timespec dirty_since; /* oldest time dirty data may date from */
 static struct timespec retry_after; /* background backoff after failure */
 static bool stopping;
-static bool bg_running;
+/* Background writers: several, so that write-back keeps a few requests
+ * in flight (a remote or O_DIRECT plugin is slow at queue depth 1);
+ * they take pieces in ascending order.
+ */
+#define BG_THREADS 4
+#define BG_THREADS_MAX 64
+static unsigned bg_running;
+static unsigned urgent; /* flushes in progress: write back now */
+static unsigned bg_threads_param = BG_THREADS;
+static pthread_cond_t turn; /* issue_turn moved */
+static uint64_t next_ticket, issue_turn;
 static bool wt_leader; /* writethrough: a group commit is running */
-static pthread_t bg_thread;
+static pthread_t bg_threads[BG_THREADS_MAX];
 
 /* Reads look below without the lock and then overlay the buffer; a
  * range that left the buffer in between would be missed, so removals
@@ -190,6 +200,19 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
         }
       return 0;
     }
+  if (strcmp (key, "coalesce-threads") == 0)
+    {
+      if (nbdkit_parse_unsigned ("coalesce-threads", value, &bg_threads_param)
+          == -1)
+        return -1;
+      if (bg_threads_param < 1 || bg_threads_param > BG_THREADS_MAX)
+        {
+          nbdkit_error ("coalesce-threads=%s: must be between 1 and %d", value,
+                        BG_THREADS_MAX);
+          return -1;
+        }
+      return 0;
+    }
   if (strcmp (key, "coalesce-max-write") == 0)
     {
       int64_t r = nbdkit_parse_size (value);
@@ -213,7 +236,8 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
   "coalesce-size=SIZE           Buffer memory limit (default 64M).\n"          \
   "coalesce-delay=MS            Write back data older than this (default "     \
   "50).\n"                                                                     \
-  "coalesce-max-write=SIZE      Largest merged write (default 4M)."
+  "coalesce-max-write=SIZE      Largest merged write (default 4M).\n"          \
+  "coalesce-threads=N           Background writers (default 4)."
 
 static int
 coalesce_get_ready (int thread_model)
@@ -363,7 +387,32 @@ writeback_before (uint64_t S, int *first_err)
 
       a = set.v[i].start;
       b = set.v[i].end;
+      /* Take at most max_write bytes, so that the other writers can
+       * take the following pieces of a long interval in parallel (still
+       * issued in ascending order).
+       */
+      if (b - a > max_write && ivset_reserve (&set, 1) == 0)
+        {
+          struct iv head = set.v[i], rest = set.v[i];
+          head.end = rest.start = a + max_write;
+          ivset_remove (&set, i);
+          ivset_insert (&set, i, head);
+          ivset_insert (&set, i + 1, rest);
+          b = head.end;
+        }
       ivset_set_state (&set, i, IV_INFLIGHT);
+      /* Several writers: pieces were taken in ascending order, so also
+       * call the plugin in that order (a qcow2 target allocates clusters
+       * in arrival order).  Only the call order is kept; the writes
+       * themselves run in parallel.
+       */
+      {
+        uint64_t ticket = next_ticket++;
+        while (issue_turn != ticket)
+          pthread_cond_wait (&turn, &lock);
+        issue_turn++;
+        pthread_cond_broadcast (&turn);
+      }
       pthread_mutex_unlock (&lock);
       r = write_down (a, b, &err);
       pthread_mutex_lock (&lock);
@@ -465,7 +514,19 @@ sync_all (bool do_flush, int *err)
         }
     }
   else
-    failures = writeback_before (S, &first_err);
+    {
+      /* The background writers help, so that a flush of a full buffer
+       * keeps several writes in flight.
+       */
+      if (bg_threads_param > 1)
+        {
+          urgent++;
+          pthread_cond_broadcast (&wake_bg);
+        }
+      failures = writeback_before (S, &first_err);
+      if (bg_threads_param > 1)
+        urgent--;
+    }
   /* Others may be writing older data right now: wait for them. */
   while (failures == 0 && fail_gen == F0 && inflight_before (S))
     pthread_cond_wait (&changed, &lock);
@@ -535,11 +596,14 @@ bg_writer (void *arg)
         deadline = retry_after;
       due = mode == MODE_WRITEBACK && set.dirty_bytes > 0
             && ts_before (&retry_after, &t)
-            && (set.charged >= high_water || !ts_before (&t, &deadline));
+            && (urgent > 0 || set.charged >= high_water
+                || !ts_before (&t, &deadline));
       if (due)
         {
           int err = 0;
           uint64_t S = ++seq;
+          /* Bring the other writers in: they take the next pieces. */
+          pthread_cond_broadcast (&wake_bg);
           writeback_before (S, &err);
           /* Whatever is still dirty arrived during this pass (or failed). */
           if (set.dirty_bytes > 0)
@@ -572,6 +636,7 @@ coalesce_after_fork (nbdkit_backend *backend)
   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
   pthread_cond_init (&wake_bg, &attr);
   pthread_cond_init (&changed, &attr);
+  pthread_cond_init (&turn, &attr);
   pthread_condattr_destroy (&attr);
 
   set.page_size = sysconf (_SC_PAGESIZE);
@@ -623,14 +688,17 @@ coalesce_after_fork (nbdkit_backend *backend)
        */
       madvise (map, map_len, MADV_NOHUGEPAGE);
 
-      err = pthread_create (&bg_thread, NULL, bg_writer, NULL);
-      if (err)
+      for (unsigned t = 0; t < bg_threads_param; ++t)
         {
-          errno = err;
-          nbdkit_error ("coalesce: pthread_create: %m");
-          return -1;
+          err = pthread_create (&bg_threads[t], NULL, bg_writer, NULL);
+          if (err)
+            {
+              errno = err;
+              nbdkit_error ("coalesce: pthread_create: %m");
+              return -1;
+            }
+          bg_running++;
         }
-      bg_running = true;
     }
   nbdkit_debug ("coalesce: mode=%s size=%" PRIu64 " delay=%ums "
                 "max-write=%" PRIu32 " export-size=%" PRIu64,
@@ -648,10 +716,10 @@ coalesce_cleanup (nbdkit_backend *backend)
     {
       pthread_mutex_lock (&lock);
       stopping = true;
-      pthread_cond_signal (&wake_bg);
+      pthread_cond_broadcast (&wake_bg);
       pthread_mutex_unlock (&lock);
-      pthread_join (bg_thread, NULL);
-      bg_running = false;
+      while (bg_running > 0)
+        pthread_join (bg_threads[--bg_running], NULL);
 
       /* A clean shutdown writes everything. */
       if (sync_all (true, &err) == -1 || set.len > 0)
