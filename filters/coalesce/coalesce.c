@@ -95,7 +95,7 @@ static bool stopping;
  * in flight (a remote or O_DIRECT plugin is slow at queue depth 1);
  * they take pieces in ascending order.
  */
-#define BG_THREADS 4
+#define BG_THREADS 8
 #define BG_THREADS_MAX 64
 static unsigned bg_running;
 static unsigned urgent; /* flushes in progress: write back now */
@@ -237,7 +237,7 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
   "coalesce-delay=MS            Write back data older than this (default "     \
   "50).\n"                                                                     \
   "coalesce-max-write=SIZE      Largest merged write (default 4M).\n"          \
-  "coalesce-threads=N           Background writers (default 4)."
+  "coalesce-threads=N           Background writers (default 8)."
 
 static int
 coalesce_get_ready (int thread_model)
