@@ -15,7 +15,7 @@
 
 #include "qcow2.h"
 
-#define MAX_READ 65536
+#define MAX_READ 16384
 
 static void
 exercise (struct qcow2_image *img, const uint8_t *data, size_t size)

@@ -48,7 +48,7 @@ refused ()
   shift 2
   n=$((n + 1))
   expect_error "error: $msg\$" \
-    start_nbdkit c$n "$IMAGE_PLUGIN" file="$img" "$@"
+    start_refused c$n "$IMAGE_PLUGIN" file="$img" "$@"
   echo "ok: $img $* refused: $msg"
 }
 

@@ -54,3 +54,16 @@ check_map ()
     >"$T/map.out" 2>&1 ||
     fail "$1: extents differ from qemu-img map: $(cat "$T/map.out")"
 }
+
+# start_refused NAME ARGS...: start nbdkit where it must fail at
+# start-up; its stderr is the command's.  The timeout is a guard: under
+# the ASan preload, nbdkit was once seen deadlocked in exit handlers
+# (libp11-kit's destructor waiting on glibc's locale lock) after
+# printing its error.
+start_refused ()
+{
+  local name=$1
+  shift
+  timeout -k 5 60 "$NBDKIT" --log=stderr -U "$(sock $name)" \
+    -P "$T/$name.pid" "$@"
+}

@@ -19,7 +19,7 @@ refused ()
   local img=$1 msg=$2
   n=$((n + 1))
   expect_error "error: $T/$img: $msg\$" \
-    start_nbdkit h$n "$IMAGE_PLUGIN" file="$T/$img"
+    start_refused h$n "$IMAGE_PLUGIN" file="$T/$img"
   echo "ok: $img refused: $msg"
 }
 

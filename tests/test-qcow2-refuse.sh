@@ -19,7 +19,7 @@ refused ()
   shift 2
   n=$((n + 1))
   expect_error "error: $T/$img: $msg\$" \
-    start_nbdkit r$n "$IMAGE_PLUGIN" file="$T/$img" "$@"
+    start_refused r$n "$IMAGE_PLUGIN" file="$T/$img" "$@"
   echo "ok: $img refused: $msg"
 }
 
