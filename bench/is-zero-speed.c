@@ -1,8 +1,11 @@
 /* Micro-benchmark of common/is-zero.h: GB/s of is_zero() on all-zero
  * buffers (the whole buffer must be read) and on random buffers (it
  * should return at the first byte), for sizes from 4K to 32M.  For
- * comparison it also times two references on the same buffers: a
- * word-at-a-time OR loop, and memcmp() against a zero buffer.  For
+ * comparison it also times on the same buffers: a word-at-a-time OR
+ * loop, an OR of 16-byte vectors in 256-byte chunks (the obvious
+ * hand-written alternative: on this machine it was 2-3x slower than
+ * is_zero's memcmp, which glibc runs with AVX2, so is-zero.h keeps
+ * memcmp), and memcmp() against a zero buffer (reads twice the bytes).  For
  * random buffers the time per call is printed too (it should not grow
  * with the size).  Each cell is the best of 3 measurements, since
  * other load on the machine only ever makes a run slower.
@@ -47,6 +50,39 @@ or_loop (const void *buf, size_t len)
     if (p[i])
       return false;
   return true;
+}
+
+/* Candidate: OR 256-byte chunks together in 16-byte vectors (SSE2 on
+ * any x86-64; GCC's generic vectors elsewhere) and test once per chunk.
+ */
+typedef uint64_t zvec __attribute__ ((vector_size (16)));
+
+static bool
+vec_or (const void *buf, size_t len)
+{
+  const unsigned char *p = buf;
+  size_t i;
+
+  for (i = 0; i < 16 && i < len; ++i)
+    if (p[i])
+      return false;
+  if (len <= 16)
+    return true;
+  for (i = 16; len - i >= 256; i += 256)
+    {
+      zvec acc = { 0, 0 }, v;
+      for (int k = 0; k < 16; ++k)
+        {
+          memcpy (&v, p + i + 16 * k, 16);
+          acc |= v;
+        }
+      if ((acc[0] | acc[1]) != 0)
+        return false;
+    }
+  /* p[0..i) is zero, so the tail is zero iff it equals itself shifted
+   * back by 16 bytes.
+   */
+  return memcmp (p + i - 16, p + i, len - i) == 0;
 }
 
 /* Reference 2: memcmp with a static zero buffer (reads twice as much). */
@@ -110,6 +146,7 @@ main (int argc, char *argv[])
   } fns[] = {
     { "is_zero", is_zero },
     { "or-loop", or_loop },
+    { "vec-or", vec_or },
     { "memcmp-0", memcmp_zero },
   };
   double seconds = argc > 1 ? atof (argv[1]) : 0.2;
