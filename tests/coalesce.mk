@@ -5,6 +5,7 @@ COALESCE_TESTS = \
 	test-coalesce-durability.sh \
 	test-coalesce-errors.sh \
 	test-coalesce-memory.sh \
-	test-coalesce-log.sh
+	test-coalesce-log.sh \
+	test-coalesce-overlap.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)

@@ -102,7 +102,8 @@ static unsigned urgent; /* flushes in progress: write back now */
 static unsigned bg_threads_param = BG_THREADS;
 static pthread_cond_t turn; /* issue_turn moved */
 static uint64_t next_ticket, issue_turn;
-static bool wt_leader; /* writethrough: a group commit is running */
+static unsigned busy_waiters; /* threads waiting for a range to settle */
+static bool wt_leader;        /* writethrough: a group commit is running */
 static pthread_t bg_threads[BG_THREADS_MAX];
 
 /* Reads look below without the lock and then overlay the buffer; a
@@ -304,7 +305,11 @@ static void
 wait_not_busy (uint64_t a, uint64_t b)
 {
   while (ivset_busy (&set, a, b))
-    pthread_cond_wait (&changed, &lock);
+    {
+      busy_waiters++;
+      pthread_cond_wait (&changed, &lock);
+      busy_waiters--;
+    }
 }
 
 /* Find interval by start offset after the lock was dropped (intervals
@@ -331,6 +336,11 @@ mark_dirty (size_t idx)
   ivset_merge (&set, idx);
   if (set.charged >= high_water)
     pthread_cond_signal (&wake_bg);
+  /* Someone may wait for this range to stop being IV_FILLING.  Only
+   * broadcast then: this is the hot path of every small write.
+   */
+  if (busy_waiters > 0)
+    pthread_cond_broadcast (&changed);
 }
 
 /*---------------------------------------------------------------------
@@ -1031,7 +1041,9 @@ coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
         }
       if (ivset_busy (&set, a, b))
         {
+          busy_waiters++;
           pthread_cond_wait (&changed, &lock);
+          busy_waiters--;
           continue;
         }
       break;
