@@ -56,6 +56,7 @@ start ()
   file-none) nbdkit -U "$s" -P "$W/$t.pid" file "$W/$t.img" cache=none ;;
   memory) nbdkit -U "$s" -P "$W/$t.pid" memory $SIZE ;;
   qnbd-none) qemu-nbd --fork --pid-file="$W/$t.pid" --socket="$s" -f raw \
+               --persistent --shared=8 \
                --cache=none --aio=native "$W/$t.img" ;;
   esac
   local i

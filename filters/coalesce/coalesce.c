@@ -528,13 +528,17 @@ sync_all (bool do_flush, int *err)
       /* The background writers help, so that a flush of a full buffer
        * keeps several writes in flight.
        */
-      if (bg_threads_param > 1)
+      /* (Not for a single piece, e.g. one FUA write: waking them all
+       * would only cost context switches.)
+       */
+      bool helped = bg_threads_param > 1 && set.dirty_bytes > max_write;
+      if (helped)
         {
           urgent++;
           pthread_cond_broadcast (&wake_bg);
         }
       failures = writeback_before (S, &first_err);
-      if (bg_threads_param > 1)
+      if (helped)
         urgent--;
     }
   /* Others may be writing older data right now: wait for them. */
