@@ -40,7 +40,7 @@ for stack in zd-co-df:memory co-zd-df:file df-co-zd:image zd-df-co:memory; do
   start_nbdkit "c$n" "${filters[@]}" "${pargs[@]}" "${PARAMS[@]}"
   nbdsh -u "$(uri "c$n")" -c "seed = $n" -c "trim_zero = True" -c "$ZERO_RUNS" ||
     fail "$stack $plugin: zero-run differential failed (seed $n)"
-  "$RANDOPS" -c 2 -n 300 -s "$n" --trim-reads-zero "$(uri "c$n")" >"$T/c$n.randops" ||
+  "$RANDOPS" -c 2 -n 200 -s "$n" --trim-reads-zero "$(uri "c$n")" >"$T/c$n.randops" ||
     fail "$stack $plugin: randops failed (seed $n)"
   echo "$stack $plugin: ok"
 done

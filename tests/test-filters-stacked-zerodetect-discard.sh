@@ -104,7 +104,7 @@ for order in zd-df:memory zd-df:file df-zd:memory df-zd:image; do
       discard=zero discard-granularity=64K discard-max=256K
     nbdsh -u "$(uri "s$n")" -c "seed = $n" -c "trim_zero = True" -c "$ZERO_RUNS" ||
       fail "$order $plugin: zero-run differential failed (seed $n)"
-    "$RANDOPS" -c 2 -n 300 -s "$n" --trim-reads-zero "$(uri "s$n")" >"$T/s$n.randops" ||
+    "$RANDOPS" -c 2 -n 200 -s "$n" --trim-reads-zero "$(uri "s$n")" >"$T/s$n.randops" ||
       fail "$order $plugin: randops failed (seed $n)"
     echo "$order $plugin: ok"
   }

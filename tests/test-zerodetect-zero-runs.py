@@ -36,7 +36,7 @@ def make_buf(off, n):
             b[i] = r.randrange(1, 256)
     return bytes(b)
 
-for i in range(250):
+for i in range(200):
     k = r.random()
     off = r.randrange(size)
     if r.random() < 0.3:
