@@ -69,6 +69,7 @@ h.pwrite(buf(0x12345), 0x380001)             # all zero, unaligned, odd size
 h.pwrite(buf(0x30000, [0, 0x1ffff]), 0x3b0000) # block edges after data
 h.zero(0x1000, 0x3a0000)                     # client zeroes pass untouched
 h.zero(0x1000, 0x3a0000, nbd.CMD_FLAG_NO_HOLE)
+h.zero(0x1000, 0x3a0000, nbd.CMD_FLAG_FAST_ZERO | nbd.CMD_FLAG_FUA)
 h.trim(0x1000, 0x3a0000)
 h.pwrite(buf(0x10000, [0xffff]), 0x3f0000)   # last block of the export
 h.pwrite(buf(0x800), 0x3ff800)               # zeroes up to the end
@@ -100,6 +101,7 @@ Write offset=0x3b0000 count=0x20000 fua=0
 Zero offset=0x3d0000 count=0x10000 trim=0 fua=0 fast=0
 Zero offset=0x3a0000 count=0x1000 trim=1 fua=0 fast=0
 Zero offset=0x3a0000 count=0x1000 trim=0 fua=0 fast=0
+Zero offset=0x3a0000 count=0x1000 trim=1 fua=1 fast=1
 Trim offset=0x3a0000 count=0x1000 fua=0
 Write offset=0x3f0000 count=0x10000 fua=0
 Zero offset=0x3ff800 count=0x800 trim=0 fua=0 fast=0
