@@ -89,6 +89,44 @@ fd_get_size (struct qcow2_hostio *io)
   return end == -1 ? -errno : end;
 }
 
+/* SEEK_DATA/SEEK_HOLE: lets a sparse raw backing file report its holes
+ * as zeroes, as qemu does.
+ */
+static int
+fd_block_status (struct qcow2_hostio *io, uint64_t offset, uint64_t max,
+                 uint64_t *len, bool *hole)
+{
+  struct fd_io *f = (struct fd_io *)io;
+  off_t data, end;
+
+  data = lseek (f->fd, offset, SEEK_DATA);
+  if (data == -1)
+    {
+      if (errno == ENXIO)
+        { /* only a hole up to the end of file */
+          *hole = true;
+          *len = max;
+          return 0;
+        }
+      *hole = false; /* no SEEK_DATA here: say data */
+      *len = max;
+      return 0;
+    }
+  if ((uint64_t)data > offset)
+    {
+      *hole = true;
+      *len = (uint64_t)data - offset < max ? (uint64_t)data - offset : max;
+      return 0;
+    }
+  end = lseek (f->fd, offset, SEEK_HOLE);
+  *hole = false;
+  if (end == -1 || (uint64_t)end <= offset)
+    *len = max;
+  else
+    *len = (uint64_t)end - offset < max ? (uint64_t)end - offset : max;
+  return 0;
+}
+
 static void
 fd_close (struct qcow2_hostio *io)
 {
@@ -111,6 +149,7 @@ qcow2_hostio_fd (int fd, bool own_fd)
   f->io.flush = fd_flush;
   f->io.get_size = fd_get_size;
   f->io.close = fd_close;
+  f->io.block_status = fd_block_status;
   f->fd = fd;
   f->own_fd = own_fd;
   return &f->io;

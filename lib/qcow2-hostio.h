@@ -26,6 +26,12 @@ struct qcow2_hostio
   /* Current size of the file in bytes, or a negative errno. */
   int64_t (*get_size) (struct qcow2_hostio *io);
   void (*close) (struct qcow2_hostio *io);
+  /* Optional (may be NULL): is [offset, offset+max) of the file a hole?
+   * Sets *len (1..max) to the length of the run at offset that is all
+   * hole (*hole = true) or all data.  0 or a negative errno.
+   */
+  int (*block_status) (struct qcow2_hostio *io, uint64_t offset, uint64_t max,
+                       uint64_t *len, bool *hole);
 };
 
 /* Over a file descriptor; closes it on close when 'own_fd'. */

@@ -574,9 +574,16 @@ static int
 raw_layer_status (void *opaque, uint64_t offset, uint64_t max, uint64_t *len,
                   unsigned *flags, struct qcow2_error *err)
 {
-  /* A raw file is all data as far as this library knows. */
+  struct qcow2_hostio *io = opaque;
+  bool hole = false;
+
   *len = max;
-  *flags = 0;
+  if (io->block_status && io->block_status (io, offset, max, len, &hole) < 0)
+    {
+      *len = max; /* unknown: call it data */
+      hole = false;
+    }
+  *flags = hole ? QCOW2_STATUS_HOLE | QCOW2_STATUS_ZERO : 0;
   return 0;
 }
 

@@ -53,7 +53,10 @@ refused ()
 }
 
 # ---- a three-level chain: raw <- qcow2 <- qcow2 ----
-head -c 3M /dev/urandom >d/base.raw        # shorter than the overlays
+# The raw base is shorter than the overlays and has a hole.
+head -c 1M /dev/urandom >d/base.raw
+truncate -s 2M d/base.raw
+head -c 1M /dev/urandom >>d/base.raw
 "$QEMU_IMG" create -q -f qcow2 -b base.raw -F raw d/mid.qcow2 4M
 qio -c 'write -P 0x11 512k 64k' -c 'write -z 1M 128k' -c 'write -P 0x12 3M 8k' \
   d/mid.qcow2
