@@ -23,6 +23,12 @@
 # Environment (all optional):
 #   SIZE=2G DATA_PCT=20 ZERO_PCT=15 SEED=1   the sample (bench/make-sample.sh)
 #   SAMPLE=FILE        upload this raw image instead
+#   DENSE=1            instead of make-sample's layout, a fully allocated
+#                      sample of SIZE (default 512M) where zero runs of
+#                      16K..1M lie between random data runs with no hole
+#                      between them, so qemu-img sends them inside its
+#                      data requests: whole-request detection (qemu's,
+#                      or GRANULARITY=0) cannot see them
 #   RUNS=3             runs per configuration (median reported)
 #   GRANULARITY=64K    zerodetect-granularity for the zd-* targets
 #   CONFIGS="zd-off zd-on zd-unmap qnbd-off qnbd-on qnbd-unmap"
@@ -90,6 +96,24 @@ trap 'exit 130' INT TERM
 if [ -n "${SAMPLE:-}" ]; then
   sample=$(realpath "$SAMPLE")
   [ -f "$sample" ] || die "SAMPLE=$SAMPLE: no such file"
+elif [ -n "${DENSE:-}" ]; then
+  sample=$tmp/sample.img
+  dense_bytes=$(numfmt --from=iec "${SIZE:-512M}") || die "SIZE=$SIZE: not a size"
+  python3 - "$sample" "$dense_bytes" "${SEED:-1}" <<'EOF' || die "cannot create the dense sample"
+import os, random, sys
+path, size, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r = random.Random(seed)
+with open(path, "wb") as f:
+    off, zero = 0, False
+    while off < size:
+        n = min(size - off, r.randrange(4, 257) * 4096)
+        f.write(bytes(n) if zero else r.randbytes(n))
+        off += n
+        zero = not zero
+    f.flush()
+    os.fsync(f.fileno())
+EOF
+  say "dense sample: $((dense_bytes >> 20)) MiB, alternating random data and zero runs, fully allocated"
 else
   sample=$tmp/sample.img
   SIZE=${SIZE:-2G} DATA_PCT=${DATA_PCT:-20} ZERO_PCT=${ZERO_PCT:-15} \
