@@ -509,6 +509,24 @@ qcow2_block_status (struct qcow2_image *img, uint64_t offset, uint64_t max,
   switch (run.type)
     {
     case SC_NORMAL:
+      *flags = 0;
+      /* Allocated but never written (preallocation=metadata, a sparse
+       * data file) reads as zeroes: say so, as qemu does.
+       */
+      if (img->data_io->block_status)
+        {
+          uint64_t hlen;
+          bool hole;
+          if (img->data_io->block_status (img->data_io, run.host, run.len,
+                                          &hlen, &hole)
+                  == 0
+              && hlen > 0 && hlen <= run.len)
+            {
+              *len = hlen;
+              *flags = hole ? QCOW2_STATUS_ZERO : 0;
+            }
+        }
+      break;
     case SC_COMPRESSED:
       *flags = 0;
       break;
