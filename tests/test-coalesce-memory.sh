@@ -24,11 +24,11 @@ flood ()
   local co=() params=()
   if [ $2 = yes ]; then
     co=(--filter="$CO")
-    params=(coalesce-size=32M coalesce-max-write=1M)
+    params=(coalesce-size=32M coalesce-max-write=1M coalesce-threads=2)
   fi
   truncate -s $((192 * MiB)) "$T/$name.img"
   start_nbdkit $name -v "${co[@]}" --filter=delay file "$T/$name.img" \
-    delay-write=10ms "${params[@]}"
+    delay-write=40ms "${params[@]}"
   pid=$(pidof_srv $name)
   base=$(awk '/VmHWM/ {print $2}' /proc/$pid/status)
   nbdcopy --flush --connections=4 --requests=32 --request-size=262144 \
