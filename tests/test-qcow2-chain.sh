@@ -127,6 +127,10 @@ for raw in off on; do
     "$QEMU_IMG" convert -f qcow2 -O raw ext-$raw.qcow2 ../ext-$raw.raw
   )
   same d/ext-$raw.qcow2 ext-$raw.raw
+  serve d/ext-$raw.qcow2
+  (cd d && check_map ext-$raw.qcow2 "$(uri $srv)")
+  stop_async $srv
+  echo "ok: d/ext-$raw.qcow2 maps like qemu-img map"
 done
 (cd d && "$QEMU_IMG" create -q -f qcow2 -o data_file=../outside.bin \
   ext-out.qcow2 1M)
