@@ -47,6 +47,7 @@ struct options {
   bool use_zero, use_trim, use_flush, use_fua, use_fast_zero, use_read;
   bool trim_reads_zero;
   bool check_extents;
+  bool zero_runs;
   bool no_final_flush;
   const char *dump;
   bool verbose;
@@ -112,6 +113,39 @@ fill_random (uint64_t *s, unsigned char *buf, size_t len)
     size_t n = MIN (len - i, sizeof r);
     memcpy (buf + i, &r, n);
     i += n;
+  }
+}
+
+/* --zero-runs: make written data look like a disk image, with runs of
+ * zeroes inside writes (whole-block runs aligned to the absolute offset
+ * at various granularities, stray zero bytes, or an all-zero write), so
+ * that filters which split zeroes out of writes are exercised.
+ */
+static void
+punch_zero_runs (struct worker *w, unsigned char *buf, uint64_t offset,
+                 uint32_t len)
+{
+  static const uint32_t block_sizes[] = { 512, 4096, 65536 };
+  uint32_t bs;
+  uint64_t b;
+
+  switch (rand_below (&w->rng, 4)) {
+  case 0:                       /* leave it all data */
+    return;
+  case 1:                       /* all zero */
+    memset (buf, 0, len);
+    return;
+  default:                      /* aligned zero blocks, some partial edges */
+    bs = block_sizes[rand_below (&w->rng, 3)];
+    for (b = ROUND_DOWN (offset, bs); b < offset + len; b += bs) {
+      uint64_t lo = MAX (b, offset), hi = MIN (b + bs, offset + len);
+      if (rand_below (&w->rng, 2))
+        memset (buf + (lo - offset), 0, hi - lo);
+    }
+    /* A single non-zero byte at a block edge must stay data. */
+    if (len > 1 && rand_below (&w->rng, 2))
+      buf[rand_below (&w->rng, 2) ? 0 : len - 1] = 0x5a;
+    return;
   }
 }
 
@@ -234,6 +268,8 @@ do_one_op (struct worker *w, unsigned char *buf)
     if (w->can_fua && rand_below (&w->rng, 8) == 0)
       flags |= LIBNBD_CMD_FLAG_FUA;
     fill_random (&w->rng, buf, len);
+    if (opt.zero_runs)
+      punch_zero_runs (w, buf, offset, len);
     if (opt.verbose)
       fprintf (stderr, "conn %u: write %" PRIu64 "+%" PRIu32 " fua=%d\n",
                w->id, offset, len, !!flags);
@@ -483,6 +519,7 @@ usage (FILE *fp)
 "      --check-extents     every range block status calls zero must be zero\n"
 "      --no-final-flush    do not flush before the final compare\n"
 "      --dump=FILE         write the verified contents to FILE at the end\n"
+"      --zero-runs         written data holds runs of zeroes, like disk images\n"
 "  -v, --verbose           print every operation\n");
 }
 
@@ -516,7 +553,7 @@ main (int argc, char *argv[])
   enum { OPT_RANGE = 256, OPT_MAX_LEN, OPT_ALIGN, OPT_INTERLEAVE, OPT_STRIPE,
          OPT_NO_ZERO, OPT_NO_TRIM, OPT_NO_FLUSH, OPT_NO_FUA, OPT_NO_FAST_ZERO,
          OPT_NO_READ, OPT_TRIM_ZERO, OPT_CHECK_EXTENTS, OPT_NO_FINAL_FLUSH,
-         OPT_DUMP };
+         OPT_DUMP, OPT_ZERO_RUNS };
   static const struct option longopts[] = {
     { "connections", required_argument, NULL, 'c' },
     { "ops", required_argument, NULL, 'n' },
@@ -536,6 +573,7 @@ main (int argc, char *argv[])
     { "check-extents", no_argument, NULL, OPT_CHECK_EXTENTS },
     { "no-final-flush", no_argument, NULL, OPT_NO_FINAL_FLUSH },
     { "dump", required_argument, NULL, OPT_DUMP },
+    { "zero-runs", no_argument, NULL, OPT_ZERO_RUNS },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { NULL },
@@ -576,6 +614,7 @@ main (int argc, char *argv[])
     case OPT_CHECK_EXTENTS: opt.check_extents = true; break;
     case OPT_NO_FINAL_FLUSH: opt.no_final_flush = true; break;
     case OPT_DUMP: opt.dump = optarg; break;
+    case OPT_ZERO_RUNS: opt.zero_runs = true; break;
     default: usage (stderr); exit (2);
     }
   }
