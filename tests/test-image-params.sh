@@ -43,6 +43,25 @@ bad "$T/dir: create=force: exists and is not a regular file" \
   file="$T/dir" create=force size=1M
 [ ! -e "$T/new.img" ] || fail "a refused create left $T/new.img behind"
 
+# A file we may not read (as an unprivileged user): one clear line,
+# whether format=auto sniffs it or format=raw opens it.
+if [ "$(id -u)" -eq 0 ]; then
+  chmod 755 "$T"
+  secret=$T/secret.img
+  truncate -s 1M "$secret"
+  chmod 600 "$secret"
+  for fmt in auto raw; do
+    if out=$(setpriv --reuid=65534 --regid=65534 --clear-groups \
+               nbdkit -U - "$IMAGE_PLUGIN" file="$secret" format=$fmt \
+               --run 'echo SERVED' 2>&1); then
+      fail "an unreadable file was served: $out"
+    fi
+    [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] &&
+      [[ $out == "nbdkit: error: $secret: "*"Permission denied" ]] ||
+      fail "unreadable file, format=$fmt: unclear error: $out"
+  done
+fi
+
 # The same errors come out of a daemonised server (start_nbdkit).
 if start_nbdkit srv "$IMAGE_PLUGIN" file="$T/missing.img" 2>/dev/null; then
   fail "start_nbdkit accepted a missing file"
