@@ -127,3 +127,20 @@ done
 check v3-512.qcow2 l2-cache-size=2k
 check extl2-64k.qcow2 l2-cache-size=1
 check comp-zstd-4k.qcow2 l2-cache-size=8k
+
+# qcow2 is served read-only for now, and the server says why.
+start_nbdkit ro "$IMAGE_PLUGIN" file="$T/v3-64k.qcow2"
+grep -q "qcow2 images are served read-only (qcow2 writing is not supported yet)" \
+  "$(logfile ro)" || fail "no read-only start-up message: $(cat "$(logfile ro)")"
+nbdsh -u "$(uri ro)" -c '
+assert h.is_read_only()
+try:
+    h.pwrite(b"x" * 512, 0)
+    assert False, "write to a qcow2 export succeeded"
+except nbd.Error as e:
+    print("write refused: %s" % e)' || fail "the qcow2 export is not read-only"
+# format=qcow2 on a raw file is refused.
+head -c 1M /dev/zero >plain.raw
+expect_error "error: $T/plain.raw: not a qcow2 image \\(bad magic\\)\$" \
+  start_refused bad "$IMAGE_PLUGIN" file="$T/plain.raw" format=qcow2
+echo "ok: read-only export, format=qcow2 refuses raw"
