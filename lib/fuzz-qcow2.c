@@ -2,7 +2,8 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * The input is a whole image file.  It is opened from memory (active
- * layer and snapshot "1"), then read and mapped at a few places that
+ * layer, snapshot "1", and over a backing layer), then read and mapped
+ * at a few places that
  * depend on the image, with a small L2 cache so eviction is exercised
  * too.  Any sanitizer report or crash is a bug: hostile images must only
  * ever produce errors.
@@ -64,16 +65,24 @@ exercise (struct qcow2_image *img, const uint8_t *data, size_t size)
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
-  static const char *const snapshots[] = { NULL, "1" };
+  /* Passes: the active layer; snapshot "1"; the active layer over a
+   * backing layer (a raw file of zeroes, shorter than most disks), as
+   * backing=follow builds it.
+   */
+  static const char *const snapshots[] = { NULL, "1", NULL };
+  static unsigned char backing[65536];
+  static struct qcow2_hostio *backing_io;
   unsigned char *copy = malloc (size ? size : 1);
   struct qcow2_hostio *io;
   unsigned i;
 
+  if (backing_io == NULL)
+    backing_io = qcow2_hostio_mem (backing, sizeof backing, false);
   if (copy == NULL)
     return 0;
   memcpy (copy, data, size);
   io = qcow2_hostio_mem (copy, size, false);
-  for (i = 0; io && i < 2; ++i)
+  for (i = 0; io && i < 3; ++i)
     {
       struct qcow2_open_options opts
           = { .l2_cache_size = 4096, .snapshot = snapshots[i] };
@@ -81,6 +90,9 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       struct qcow2_image *img = qcow2_open (io, &opts, &err);
       if (img == NULL)
         continue;
+      if (i == 2 && backing_io)
+        qcow2_set_backing (img, &qcow2_raw_layer_ops, backing_io,
+                           sizeof backing);
       exercise (img, data, size);
       qcow2_close (img);
     }
