@@ -4,8 +4,8 @@
  * The input is a whole image file.  It is opened from memory (active
  * layer, snapshot "1", and over a backing layer), then read and mapped
  * at a few places that depend on the image, with a small L2 cache so
- * eviction is exercised too.  Any sanitizer report or crash is a bug: hostile images must only
- * ever produce errors.
+ * eviction is exercised too.  Any sanitizer report or crash is a bug:
+ * hostile images must only ever produce errors.
  */
 #include <config.h>
 
