@@ -393,7 +393,12 @@ image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   "format=auto|raw|qcow2      Image format (default auto: sniffed).\n"         \
   "cache=writeback|none       Host page cache use (none = O_DIRECT).\n"        \
   "readonly=true              Never open the image for writing.\n"             \
-  "create=true|force size=SIZE Create a sparse raw file first."
+  "create=true|force size=SIZE Create a sparse raw file first.\n"              \
+  "backing=refuse|none|follow qcow2: what to do with a backing file.\n"        \
+  "backing-dir=DIR            qcow2: backing/data files must be inside.\n"     \
+  "backing-max-depth=N        qcow2: longest backing chain (default 16).\n"    \
+  "l2-cache-size=SIZE         qcow2: bytes of L2 cache (default <= 32M).\n"    \
+  "snapshot=NAME|ID           qcow2: serve this internal snapshot."
 
 static struct nbdkit_plugin plugin = {
   .name = "image",
