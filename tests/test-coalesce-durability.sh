@@ -42,6 +42,11 @@ a.flush()                     # covers b's writes too (multi-conn)
 for i in range(50):
     w(b, rng.randrange(0, (16 << 20) - 5000), rng.randrange(1, 5000))
 w(a, 12345, 4096, nbd.CMD_FLAG_FUA)
+# Now nothing is buffered or unflushed: these FUA writes take the
+# filter's shortcut (the plugin's own FUA).
+for i in range(20):
+    w(b, rng.randrange(0, (16 << 20) - 5000), rng.randrange(1, 5000),
+      nbd.CMD_FLAG_FUA)
 open(os.environ["REF"], "wb").write(ref)
 # Unflushed tail: must still be only in the buffer when we kill.
 w(a, 8 << 20, 65536)

@@ -6,7 +6,8 @@
 #    become 1M writes (coalesce-max-write=1M), ascending;
 #  - writes with gaps stay separate but ascending;
 #  - a buffered write later covered by a zero is never written;
-#  - FUA writes the buffer and flushes before answering;
+#  - FUA writes the buffer and flushes before answering, and a FUA
+#    write with nothing older to flush goes down as one FUA write;
 #  - writethrough (second server) still merges concurrent writes.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
@@ -43,6 +44,9 @@ a.pwrite(os.urandom(8192), 0x500000)
 a.zero(8192, 0x500000)
 a.pwrite(os.urandom(512), 0x600200)
 a.pwrite(os.urandom(512), 0x600000, nbd.CMD_FLAG_FUA)
+# Nothing buffered and nothing unflushed: FUA goes down as FUA alone.
+a.pwrite(os.urandom(512), 0x700000, nbd.CMD_FLAG_FUA)
+a.pwrite(os.urandom(512), 0x700200, nbd.CMD_FLAG_FUA)
 a.shutdown(); b.shutdown()
 PY
 stop_nbdkit wb
@@ -60,9 +64,11 @@ Flush
 Zero offset=0x500000 count=0x2000 trim=1 fua=0 fast=0
 Write offset=0x600000 count=0x400 fua=0
 Flush
+Write offset=0x700000 count=0x200 fua=1
+Write offset=0x700200 count=0x200 fua=1
 EOF
 # A clean shutdown may add a final Flush.
-diff -u "$T/wb.want" <(head -n 12 "$T/wb.got") ||
+diff -u "$T/wb.want" <(head -n 14 "$T/wb.got") ||
   fail "writeback: unexpected requests below the filter"
 
 # Writethrough: 8 threads x 256 x 4K sequential-ish writes at QD 8 on

@@ -79,7 +79,7 @@ static char *map;      /* export_size bytes, sparse */
 static char *map_base; /* what mmap returned (map is aligned) */
 static size_t map_len;
 static uint32_t max_write; /* effective merge/chunk limit */
-static int bg_can_write, bg_can_flush, bg_can_trim, bg_can_zero;
+static int bg_can_write, bg_can_flush, bg_can_trim, bg_can_zero, bg_can_fua;
 static int bg_can_fast_zero, bg_can_extents;
 static uint64_t high_water; /* wake the writer above this charge */
 
@@ -107,7 +107,13 @@ static unsigned bg_threads_param = BG_THREADS;
 static pthread_cond_t turn; /* issue_turn moved */
 static uint64_t next_ticket, issue_turn;
 static unsigned busy_waiters; /* threads waiting for a range to settle */
-static bool wt_leader;        /* writethrough: a group commit is running */
+/* Writes completed below (wgen) and how many of them the last
+ * successful flush below covered (flushed_gen); direct operations in
+ * progress.  Together they tell when nothing is waiting to be flushed.
+ */
+static uint64_t wgen, flushed_gen;
+static unsigned direct_inflight;
+static bool wt_leader; /* writethrough: a group commit is running */
 static pthread_t bg_threads[BG_THREADS_MAX];
 
 /* Reads look below without the lock and then overlay the buffer; a
@@ -392,6 +398,7 @@ write_down (uint64_t a, uint64_t b, int *err)
     }
   pthread_mutex_lock (&lock);
   writes_out += chunks;
+  wgen++;
   bytes_out += b - a;
   pthread_mutex_unlock (&lock);
   if (coalesce_debug_verbose)
@@ -580,6 +587,7 @@ sync_all (bool do_flush, int *err)
       *err = first_err ? first_err : (err_pending ? err_pending : EIO);
       return -1;
     }
+  uint64_t g = wgen;
   pthread_mutex_unlock (&lock);
 
   if (do_flush && bg_can_flush == 1)
@@ -599,7 +607,11 @@ sync_all (bool do_flush, int *err)
 
   pthread_mutex_lock (&lock);
   if (do_flush)
-    flushes_out++;
+    {
+      flushes_out++;
+      if (bg_can_flush == 1 && g > flushed_gen)
+        flushed_gen = g;
+    }
   /* This flush succeeded completely: everything acknowledged before
    * it is on stable storage, so an older failure is resolved.  If no
    * flush has reported that failure yet, report it now, once.
@@ -701,6 +713,7 @@ coalesce_after_fork (nbdkit_backend *backend)
   bg_can_zero = bg->can_zero (bg);
   bg_can_fast_zero = bg->can_fast_zero (bg);
   bg_can_extents = bg->can_extents (bg);
+  bg_can_fua = bg->can_fua (bg);
   if (bg_can_write == -1 || bg_can_flush == -1 || bg_can_trim == -1
       || bg_can_zero == -1 || bg_can_fast_zero == -1 || bg_can_extents == -1)
     return -1;
@@ -982,6 +995,7 @@ direct (enum direct_op op, const void *buf, uint32_t count, uint64_t offset,
       bytes_in += count;
       direct_writes++;
     }
+  direct_inflight++;
   pthread_mutex_unlock (&lock);
 
   switch (op)
@@ -997,13 +1011,17 @@ direct (enum direct_op op, const void *buf, uint32_t count, uint64_t offset,
       for (uint64_t off = a; off < b && r == 0;)
         {
           uint32_t c = MIN (b - off, (uint64_t)max_write);
-          r = bg->pwrite (bg, (const char *)buf + (off - a), c, off, 0, err);
+          r = bg->pwrite (bg, (const char *)buf + (off - a), c, off,
+                          flags & NBDKIT_FLAG_FUA, err);
           off += c;
         }
       break;
     }
 
   pthread_mutex_lock (&lock);
+  direct_inflight--;
+  if (r == 0 && !(flags & NBDKIT_FLAG_FUA))
+    wgen++;
   for (i = 0; i < n; ++i)
     {
       idx = find_exact (pieces[i].start);
@@ -1046,6 +1064,23 @@ coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
     {
       *err = EROFS;
       return -1;
+    }
+
+  /* FUA with nothing buffered and nothing written since the last flush
+   * below (typical of a client that writes with FUA every time): there
+   * is nothing older to flush, so pass the write down with the plugin's
+   * own FUA, which can be much cheaper than a write and a full flush.
+   */
+  if ((flags & NBDKIT_FLAG_FUA) && mode == MODE_WRITEBACK
+      && bg_can_fua == NBDKIT_FUA_NATIVE)
+    {
+      bool clean;
+      pthread_mutex_lock (&lock);
+      clean = set.len == 0 && direct_inflight == 0 && wgen == flushed_gen
+              && err_pending == 0;
+      pthread_mutex_unlock (&lock);
+      if (clean)
+        return direct (OP_WRITE, buf, count, offset, NBDKIT_FLAG_FUA, err);
     }
 
   /* A write that is already as large as a merged write would be gains
