@@ -48,6 +48,7 @@ struct options {
   bool trim_reads_zero;
   bool check_extents;
   bool zero_runs;
+  bool unaligned;
   bool no_final_flush;
   const char *dump;
   bool verbose;
@@ -358,6 +359,17 @@ connect_export (void)
     fprintf (stderr, "randops: nbd_create: %s\n", nbd_get_error ());
     return NULL;
   }
+  /* --unaligned: send requests that break the export's advertised
+   * minimum block size, which libnbd refuses by default.  Servers must
+   * still handle them (nbdkit 1.32 does not enforce block sizes).
+   */
+  if (opt.unaligned
+      && nbd_set_strict_mode (nbd, nbd_get_strict_mode (nbd)
+                                   & ~LIBNBD_STRICT_ALIGN) == -1) {
+    fprintf (stderr, "randops: nbd_set_strict_mode: %s\n", nbd_get_error ());
+    nbd_close (nbd);
+    return NULL;
+  }
   if (nbd_add_meta_context (nbd, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1
       || nbd_connect_uri (nbd, opt.uri) == -1) {
     fprintf (stderr, "randops: %s: %s\n", opt.uri, nbd_get_error ());
@@ -520,6 +532,8 @@ usage (FILE *fp)
 "      --no-final-flush    do not flush before the final compare\n"
 "      --dump=FILE         write the verified contents to FILE at the end\n"
 "      --zero-runs         written data holds runs of zeroes, like disk images\n"
+"      --unaligned         ignore the export's minimum block size (libnbd\n"
+"                          strict alignment off), to test bounce paths\n"
 "  -v, --verbose           print every operation\n");
 }
 
@@ -553,7 +567,7 @@ main (int argc, char *argv[])
   enum { OPT_RANGE = 256, OPT_MAX_LEN, OPT_ALIGN, OPT_INTERLEAVE, OPT_STRIPE,
          OPT_NO_ZERO, OPT_NO_TRIM, OPT_NO_FLUSH, OPT_NO_FUA, OPT_NO_FAST_ZERO,
          OPT_NO_READ, OPT_TRIM_ZERO, OPT_CHECK_EXTENTS, OPT_NO_FINAL_FLUSH,
-         OPT_DUMP, OPT_ZERO_RUNS };
+         OPT_DUMP, OPT_ZERO_RUNS, OPT_UNALIGNED };
   static const struct option longopts[] = {
     { "connections", required_argument, NULL, 'c' },
     { "ops", required_argument, NULL, 'n' },
@@ -574,6 +588,7 @@ main (int argc, char *argv[])
     { "no-final-flush", no_argument, NULL, OPT_NO_FINAL_FLUSH },
     { "dump", required_argument, NULL, OPT_DUMP },
     { "zero-runs", no_argument, NULL, OPT_ZERO_RUNS },
+    { "unaligned", no_argument, NULL, OPT_UNALIGNED },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { NULL },
@@ -615,6 +630,7 @@ main (int argc, char *argv[])
     case OPT_NO_FINAL_FLUSH: opt.no_final_flush = true; break;
     case OPT_DUMP: opt.dump = optarg; break;
     case OPT_ZERO_RUNS: opt.zero_runs = true; break;
+    case OPT_UNALIGNED: opt.unaligned = true; break;
     default: usage (stderr); exit (2);
     }
   }
