@@ -107,6 +107,7 @@ zstd_cluster (struct tls *t, const void *in, size_t in_len, void *out,
 {
   ZSTD_inBuffer ib = { in, in_len, 0 };
   ZSTD_outBuffer ob = { out, out_len, 0 };
+  size_t r = 0;
 
   if (t->zstd == NULL)
     {
@@ -122,12 +123,17 @@ zstd_cluster (struct tls *t, const void *in, size_t in_len, void *out,
   while (ob.pos < ob.size)
     {
       size_t before_in = ib.pos, before_out = ob.pos;
-      size_t r = ZSTD_decompressStream (t->zstd, &ob, &ib);
+      r = ZSTD_decompressStream (t->zstd, &ob, &ib);
       if (ZSTD_isError (r))
         return -1;
       if (ib.pos == before_in && ob.pos == before_out)
         return -1; /* no progress: truncated input */
     }
+  /* A frame still unfinished when the cluster is full means the data
+   * decompresses to more than a cluster: damaged, as qemu also says.
+   */
+  if (r > 0)
+    return -1;
   return 0;
 }
 
