@@ -21,7 +21,14 @@
  *   per-request malloc, no gather copy.  Only touched pages become
  *   resident; pages are returned with MADV_DONTNEED once written, and
  *   resident memory is bounded by charging every interval its span in
- *   whole pages against coalesce-size (back-pressure when full).
+ *   whole pages against coalesce-size (back-pressure when full).  The
+ *   pages are transparent huge pages when the buffer is big enough
+ *   (see coalesce_after_fork for why).
+ *
+ * - Write-back is done by coalesce-threads background threads (and by
+ *   flushing clients), each taking the lowest dirty piece of at most
+ *   coalesce-max-write bytes; a ticket keeps their calls to the plugin
+ *   in ascending order while the writes themselves overlap.
  *
  * - The lock protects only the interval array and counters.  It is
  *   never held across a call to the plugin: ranges being written are
