@@ -6,6 +6,7 @@ COALESCE_TESTS = \
 	test-coalesce-errors.sh \
 	test-coalesce-memory.sh \
 	test-coalesce-log.sh \
-	test-coalesce-overlap.sh
+	test-coalesce-overlap.sh \
+	test-coalesce-serialized.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)

@@ -79,6 +79,24 @@ static unsigned delay_ms = 50;
 static uint64_t max_write_param = 4 * 1024 * 1024;
 static int use_hugepages = -1; /* -1 auto, 0 off, 1 on */
 
+/* Set in .get_ready when the plugin or a filter below is not PARALLEL:
+ * then every call down, from any thread, holds below_lock, because
+ * nbdkit's own serialization does not cover our background threads.
+ */
+static bool serialize_below;
+static pthread_mutex_t below_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define CALL_BELOW(call)                                                    \
+  ({                                                                        \
+    int r_;                                                                 \
+    if (serialize_below)                                                    \
+      pthread_mutex_lock (&below_lock);                                     \
+    r_ = (call);                                                            \
+    if (serialize_below)                                                    \
+      pthread_mutex_unlock (&below_lock);                                   \
+    r_;                                                                     \
+  })
+
 /* Set up in .after_fork. */
 static nbdkit_next *bg; /* shared context used for all I/O below */
 static uint64_t export_size;
@@ -285,15 +303,15 @@ static int
 coalesce_get_ready (int thread_model)
 {
   /* Our threads call the plugin through the shared context without the
-   * server's per-connection request locks, so the plugin (and every
-   * filter) must allow parallel requests.
+   * server's per-connection request locks.  Over a stack that allows
+   * parallel requests that is fine; over a serialized one we serialize
+   * our own calls down instead (see CALL_BELOW), so the filter still
+   * works over any plugin, at the speed that plugin allows.
    */
-  if (thread_model != NBDKIT_THREAD_MODEL_PARALLEL)
-    {
-      nbdkit_error ("coalesce: the plugin and filters must use the parallel "
-                    "thread model (this stack is serialized)");
-      return -1;
-    }
+  serialize_below = thread_model != NBDKIT_THREAD_MODEL_PARALLEL;
+  if (serialize_below)
+    nbdkit_debug ("coalesce: the stack below is not parallel: "
+                  "serializing every request sent to it");
   return 0;
 }
 
@@ -398,7 +416,7 @@ write_down (uint64_t a, uint64_t b, int *err)
   for (off = a; off < b;)
     {
       uint32_t n = MIN (b - off, (uint64_t)max_write);
-      if (bg->pwrite (bg, map + off, n, off, 0, err) == -1)
+      if (CALL_BELOW (bg->pwrite (bg, map + off, n, off, 0, err)) == -1)
         return -1;
       off += n;
       chunks++;
@@ -599,7 +617,7 @@ sync_all (bool do_flush, int *err)
 
   if (do_flush && bg_can_flush == 1)
     {
-      if (bg->flush (bg, 0, err) == -1)
+      if (CALL_BELOW (bg->flush (bg, 0, err)) == -1)
         {
           pthread_mutex_lock (&lock);
           if (mode == MODE_WRITEBACK)
@@ -905,7 +923,7 @@ coalesce_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   int tries;
 
   if (map == NULL)
-    return bg->pread (bg, buf, count, offset, 0, err);
+    return CALL_BELOW (bg->pread (bg, buf, count, offset, 0, err));
 
   for (tries = 0;; tries++)
     {
@@ -926,7 +944,7 @@ coalesce_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
            */
           if (!locked_read)
             pthread_mutex_unlock (&lock);
-          if (bg->pread (bg, buf, count, offset, 0, err) == -1)
+          if (CALL_BELOW (bg->pread (bg, buf, count, offset, 0, err)) == -1)
             {
               if (locked_read)
                 pthread_mutex_unlock (&lock);
@@ -1008,18 +1026,18 @@ direct (enum direct_op op, const void *buf, uint32_t count, uint64_t offset,
   switch (op)
     {
     case OP_ZERO:
-      r = bg->zero (bg, count, offset, flags, err);
+      r = CALL_BELOW (bg->zero (bg, count, offset, flags, err));
       break;
     case OP_TRIM:
-      r = bg->trim (bg, count, offset, flags, err);
+      r = CALL_BELOW (bg->trim (bg, count, offset, flags, err));
       break;
     default:
       r = 0;
       for (uint64_t off = a; off < b && r == 0;)
         {
           uint32_t c = MIN (b - off, (uint64_t)max_write);
-          r = bg->pwrite (bg, (const char *)buf + (off - a), c, off,
-                          flags & NBDKIT_FLAG_FUA, err);
+          r = CALL_BELOW (bg->pwrite (bg, (const char *)buf + (off - a), c,
+                                      off, flags & NBDKIT_FLAG_FUA, err));
           off += c;
         }
       break;
@@ -1182,7 +1200,7 @@ coalesce_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
   flushes_in++;
   pthread_mutex_unlock (&lock);
   if (map == NULL)
-    return bg_can_flush == 1 ? bg->flush (bg, 0, err) : 0;
+    return bg_can_flush == 1 ? CALL_BELOW (bg->flush (bg, 0, err)) : 0;
   return sync_all (true, err);
 }
 
@@ -1256,7 +1274,7 @@ coalesce_extents (nbdkit_next *next, void *handle, uint32_t count,
       *err = errno;
       goto out;
     }
-  if (bg->extents (bg, count, offset, flags, below, err) == -1)
+  if (CALL_BELOW (bg->extents (bg, count, offset, flags, below, err)) == -1)
     goto out;
 
   for (i = 0; i < nbdkit_extents_count (below); ++i)
