@@ -32,9 +32,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cd "$top"
-if [ ! -x configure ] || [ configure.ac -nt configure ]; then
-  autoreconf -fi >/dev/null
-fi
+# Two builds from one source tree (several build dirs) must not run
+# autoreconf at the same time: it rewrites build-aux/ in place.
+(
+  flock 9
+  if [ ! -x configure ] || [ configure.ac -nt configure ]; then
+    autoreconf -fi >/dev/null
+  fi
+) 9>"$top/.autoreconf.lock"
 mkdir -p "$build"
 cd "$build"
 # Reconfigure when the options change, so that a build dir is never
