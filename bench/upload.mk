@@ -5,4 +5,4 @@ noinst_PROGRAMS += make-sample
 make_sample_SOURCES = make-sample.c
 make_sample_CFLAGS = $(BENCH_COMMON_FLAGS)
 make_sample_LDADD = $(BENCH_COMMON_LIBS) -lm
-EXTRA_DIST += upload.sh make-sample.sh README.md
+EXTRA_DIST += upload.sh make-sample.sh server-lib.sh README.md

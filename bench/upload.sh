@@ -72,35 +72,7 @@ fi
 # ---- private scratch dir; every server we start is stopped on exit.
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-upload.XXXXXX")
 tmp=$(realpath "$tmp")   # /proc/PID/fd links are resolved paths
-sock=$tmp/srv.sock
-pidfile=$tmp/srv.pid
-log=$tmp/srv.log
-stop_server ()
-{
-  local pid i
-  pid=$(cat "$pidfile" 2>/dev/null) || return 0
-  rm -f "$pidfile"
-  kill "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 200; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.05
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
-cleanup ()
-{
-  local rc=$?
-  set +e
-  stop_server
-  if [ $rc -ne 0 ] && [ -s "$log" ]; then
-    echo "---- server log (last 20 lines)" >&2
-    tail -n 20 "$log" >&2
-  fi
-  rm -rf "$tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$here/server-lib.sh"
 
 [ "$(stat -f -c %T "$tmp")" != tmpfs ] ||
   die "$tmp is on tmpfs (no O_DIRECT): set TMPDIR to a disk-backed directory"

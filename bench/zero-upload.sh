@@ -62,35 +62,7 @@ for p in nbdkit qemu-img qemu-nbd python3; do
 done
 
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-zero-upload.XXXXXX")
-sock=$tmp/srv.sock
-pidfile=$tmp/srv.pid
-log=$tmp/srv.log
-stop_server ()
-{
-  local pid i
-  pid=$(cat "$pidfile" 2>/dev/null) || return 0
-  rm -f "$pidfile"
-  kill "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 400; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.05
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
-cleanup ()
-{
-  local rc=$?
-  set +e
-  stop_server
-  if [ $rc -ne 0 ] && [ -s "$log" ]; then
-    echo "---- server log (last 20 lines)" >&2
-    tail -n 20 "$log" >&2
-  fi
-  rm -rf "$tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$here/server-lib.sh"
 
 # ---- the sample
 if [ -n "${SAMPLE:-}" ]; then

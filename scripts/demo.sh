@@ -50,34 +50,7 @@ fi
 
 # 2. Private scratch directory and a server that is always stopped.
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-demo.XXXXXX")
-sock=$tmp/nbd.sock
-pidfile=$tmp/nbdkit.pid
-stop_server ()
-{
-  local pid i
-  pid=$(cat "$pidfile" 2>/dev/null) || return 0
-  rm -f "$pidfile"
-  kill "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -9 "$pid" 2>/dev/null || true
-}
-cleanup ()
-{
-  local rc=$?
-  set +e
-  stop_server
-  if [ $rc -ne 0 ] && [ -s "$tmp/nbdkit.log" ]; then
-    echo "---- nbdkit log (last 20 lines)" >&2
-    tail -n 20 "$tmp/nbdkit.log" >&2
-  fi
-  rm -rf "$tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$top/bench/server-lib.sh"
 
 # 3. A sample source image: random data, allocated zeroes and holes.
 sample=$tmp/sample.img
@@ -93,8 +66,8 @@ say "starting nbdkit on $sock:"
 say "  nbdkit ${names[*]/#/--filter=} image file=target.img create=true size=$bytes"
 nbdkit --log=stderr -U "$sock" -P "$pidfile" "${filters[@]}" \
        "$plugin" file="$target" create=true size="$bytes" \
-       2>>"$tmp/nbdkit.log" ||
-  die "nbdkit did not start: $(tail -n 3 "$tmp/nbdkit.log")"
+       2>>"$log" ||
+  die "nbdkit did not start: $(tail -n 3 "$log")"
 for ((i = 0; i < 100; i++)); do
   [ -s "$pidfile" ] && [ -S "$sock" ] && break
   sleep 0.1

@@ -1,0 +1,40 @@
+# nbdstack: one server at a time in a private scratch directory, for the
+# benchmark scripts and scripts/demo.sh.  Source it after setting $tmp (a
+# fresh mktemp -d); it sets $sock, $pidfile and $log in there, and
+# installs traps so that the server is always stopped and $tmp removed,
+# whatever way the script exits (its log tail is shown on failure).
+# SPDX-License-Identifier: BSD-3-Clause
+
+sock=$tmp/srv.sock
+pidfile=$tmp/srv.pid
+log=$tmp/srv.log
+
+# Stop the server (nbdkit or qemu-nbd) and wait for it: it flushes on
+# the way out, and a timed run must not overlap the next one.
+stop_server ()
+{
+  local pid i
+  pid=$(cat "$pidfile" 2>/dev/null) || return 0
+  rm -f "$pidfile"
+  kill "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 400; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+_server_lib_cleanup ()
+{
+  local rc=$?
+  set +e
+  stop_server
+  if [ $rc -ne 0 ] && [ -s "$log" ]; then
+    echo "---- server log (last 20 lines)" >&2
+    tail -n 20 "$log" >&2
+  fi
+  rm -rf "$tmp"
+  exit $rc
+}
+trap _server_lib_cleanup EXIT
+trap 'exit 130' INT TERM
