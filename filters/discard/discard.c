@@ -30,6 +30,7 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "parse-size-param.h"
 
 enum discard_mode
 {
@@ -122,27 +123,6 @@ parse_choice (const char *key, const char *value, const char *const *names,
     nbdkit_error ("%s=%s: expected %s, %s, %s or %s", key, value, names[0],
                   names[1], names[2], names[3]);
   return -1;
-}
-
-/* Parse a size parameter.  nbdkit_parse_size's own message does not
- * name the parameter, so reject malformed values here first with one
- * line that does (digits, then at most one unit letter).
- */
-static int64_t
-parse_size_param (const char *key, const char *value)
-{
-  size_t n = strspn (value, "0123456789");
-
-  if (n == 0
-      || (value[n] != '\0'
-          && (value[n + 1] != '\0'
-              || strchr ("bBkKmMgGtTpPeE", value[n]) == NULL)))
-    {
-      nbdkit_error ("%s=%s: expected a size such as 4096, 64K or 1M", key,
-                    value);
-      return -1;
-    }
-  return nbdkit_parse_size (value);
 }
 
 #define MIN_SIZE 512

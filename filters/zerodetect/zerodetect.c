@@ -29,6 +29,7 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "parse-size-param.h"
 #include "is-zero.h"
 
 enum zd_mode
@@ -85,27 +86,6 @@ zerodetect_unload (void)
                 stat_get (&stats.whole_zero), stat_get (&stats.split),
                 stat_get (&stats.zero_reqs), stat_get (&stats.zero_bytes),
                 stat_get (&stats.data_reqs), stat_get (&stats.data_bytes));
-}
-
-/* Parse a size parameter.  nbdkit_parse_size's own message does not
- * name the parameter, so reject malformed values here first with one
- * line that does (digits, then at most one unit letter).
- */
-static int64_t
-parse_size_param (const char *key, const char *value)
-{
-  size_t n = strspn (value, "0123456789");
-
-  if (n == 0
-      || (value[n] != '\0'
-          && (value[n + 1] != '\0'
-              || strchr ("bBkKmMgGtTpPeE", value[n]) == NULL)))
-    {
-      nbdkit_error ("%s=%s: expected a size such as 4096, 64K or 1M", key,
-                    value);
-      return -1;
-    }
-  return nbdkit_parse_size (value);
 }
 
 /* Smallest and largest granularity accepted.  Below 512 the per-piece
