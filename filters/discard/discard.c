@@ -31,6 +31,7 @@
 
 #include "align.h"
 #include "parse-size-param.h"
+#include "stat-counter.h"
 
 enum discard_mode
 {
@@ -71,18 +72,6 @@ static struct
   uint64_t may_trim_cleared; /* zero requests whose MAY_TRIM we removed */
   uint64_t may_trim_set;     /* zero requests whose MAY_TRIM we added */
 } stats;
-
-static inline void
-stat_add (uint64_t *counter, uint64_t n)
-{
-  __atomic_fetch_add (counter, n, __ATOMIC_RELAXED);
-}
-
-static inline uint64_t
-stat_get (uint64_t *counter)
-{
-  return __atomic_load_n (counter, __ATOMIC_RELAXED);
-}
 
 static void
 discard_unload (void)

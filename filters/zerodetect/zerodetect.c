@@ -30,6 +30,7 @@
 
 #include "align.h"
 #include "parse-size-param.h"
+#include "stat-counter.h"
 #include "is-zero.h"
 
 enum zd_mode
@@ -57,18 +58,6 @@ static struct
   uint64_t data_reqs;   /* write requests sent down after scanning */
   uint64_t data_bytes;  /* bytes written as data after scanning */
 } stats;
-
-static inline void
-stat_add (uint64_t *counter, uint64_t n)
-{
-  __atomic_fetch_add (counter, n, __ATOMIC_RELAXED);
-}
-
-static inline uint64_t
-stat_get (uint64_t *counter)
-{
-  return __atomic_load_n (counter, __ATOMIC_RELAXED);
-}
 
 static void
 zerodetect_unload (void)
