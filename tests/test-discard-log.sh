@@ -19,25 +19,10 @@ def readback(off, n):
     return h.pread(n, off)
 '
 
-# run_case NAME SCRIPT [FILTERS-BELOW...] -- [PLUGIN ARGS...]
-run_case ()
-{
-  local name=$1 script=$2
-  shift 2
-  local below=()
-  while [ "$1" != "--" ]; do below+=("$1"); shift; done
-  shift
-  start_nbdkit "$name" -v --filter="$DF" --filter=log "${below[@]}" \
-    memory 4M logfile="$T/$name-requests.log" "$@"
-  nbdsh -u "$(uri "$name")" -c "$PY" -c "$script"
-  log_requests "$T/$name-requests.log" >"$T/$name.got"
-}
-
-expect ()
-{
-  cat >"$T/$1.want"
-  diff -u "$T/$1.want" "$T/$1.got" || fail "$1: unexpected requests at the plugin"
-}
+# run_case NAME SCRIPT [FILTERS-BELOW...] -- [PLUGIN ARGS...]: see
+# run_log_case in functions.sh; expect NAME <<EOF: exactly these requests.
+run_case () { run_log_case "$DF" "$PY" "$@"; }
+expect () { expect_requests "$@"; }
 
 # ---- pass (default): trims and zeroes go down unchanged
 run_case pass "

@@ -25,30 +25,10 @@ def buf(n, data_at=()):
 '
 
 # run_case NAME SCRIPT [FILTERS-BELOW...] -- [PLUGIN ARGS...]:
-# serve a 4M memory disk through zerodetect, the log filter and
-# FILTERS-BELOW, run the nbdsh SCRIPT, then leave the requests that
-# reached the log in $T/NAME.got.
-run_case ()
-{
-  local name=$1 script=$2
-  shift 2
-  local below=()
-  while [ "$1" != "--" ]; do below+=("$1"); shift; done
-  shift
-  start_nbdkit "$name" -v --filter="$ZD" --filter=log "${below[@]}" \
-    memory 4M logfile="$T/$name-requests.log" "$@"
-  nbdsh -u "$(uri "$name")" -c "$PY" -c "$script"
-  # The log filter flushes every line before the reply, so the server
-  # can keep running; all of them are stopped together at exit.
-  log_requests "$T/$name-requests.log" >"$T/$name.got"
-}
-
-# expect NAME <<EOF ... EOF: the requests must be exactly these.
-expect ()
-{
-  cat >"$T/$1.want"
-  diff -u "$T/$1.want" "$T/$1.got" || fail "$1: unexpected requests at the plugin"
-}
+# run_case NAME SCRIPT [FILTERS-BELOW...] -- [PLUGIN ARGS...]: see
+# run_log_case in functions.sh; expect NAME <<EOF: exactly these requests.
+run_case () { run_log_case "$ZD" "$PY" "$@"; }
+expect () { expect_requests "$@"; }
 
 # The 2M write of the issue: data in 64K block 1 (byte 70000) and block
 # 22 (byte 1500000), zeroes elsewhere.
