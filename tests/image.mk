@@ -10,6 +10,7 @@ IMAGE_TESTS = \
 	test-image-readonly.sh \
 	test-image-fast-zero.sh \
 	test-image-loop.sh \
+	test-image-strict.sh \
 	test-image-upload.sh
 TESTS += $(IMAGE_TESTS)
 EXTRA_DIST += $(IMAGE_TESTS)

@@ -368,10 +368,15 @@ raw_block_size (void *state, uint32_t *minimum, uint32_t *preferred,
 {
   struct raw *raw = state;
 
-  /* Unaligned requests work in every mode, but with O_DIRECT they cost
-   * a read-modify-write, so tell clients the real granularity.
+  /* Unaligned requests work in every mode (with O_DIRECT through bounce
+   * buffers and a read-modify-write of the partial sectors), so the
+   * minimum is 1.  Advertising the O_DIRECT alignment as the minimum
+   * would make strict clients (libnbd's default: nbdsh, nbdcopy) refuse
+   * every unaligned request themselves, and the unaligned tail of a
+   * file whose size is not a multiple of it could not be reached at all.
+   * The alignment's cost is what the preferred size is for.
    */
-  *minimum = raw->direct ? raw->align : 1;
+  *minimum = 1;
   *preferred = raw->preferred;
   *maximum = 0xffffffff;
   return 0;
