@@ -8,7 +8,9 @@
  *  - aligned requests from aligned buffers go straight to the kernel;
  *  - aligned requests from unaligned buffers are copied through a
  *    per-thread bounce buffer (nbdkit does not promise aligned buffers);
- *  - a partial sector at either end of a request is read, patched and
+ *  - a partial sector (here: a unit of the O_DIRECT alignment,
+ *    raw->align, the larger of the device's logical sector and what the
+ *    file system asks for) at either end of a request is read, patched and
  *    written back under a lock chosen by sector number, so two requests
  *    touching different bytes of one sector cannot undo each other.  Only
  *    those edges take a lock; the aligned body of a request never does.
@@ -22,6 +24,7 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,11 +35,15 @@
 #include "align.h"
 #include "raw.h"
 
-/* Per-thread bounce buffer size.  Chunks larger requests; any logical
- * sector size the plugin accepts (<= 64 KiB) fits.
+/* Per-thread bounce buffer size.  Chunks larger requests; one sector of
+ * any alignment raw.c accepts (at most RAW_MAX_ALIGN, 4 KiB) fits, and
+ * the buffer's own alignment satisfies any memory alignment it accepts.
  */
 #define BOUNCE_SIZE (2 * 1024 * 1024)
 #define BOUNCE_ALIGN 4096
+static_assert (BOUNCE_SIZE >= RAW_MAX_ALIGN && BOUNCE_ALIGN >= RAW_MAX_ALIGN
+                   && BOUNCE_SIZE % RAW_MAX_ALIGN == 0,
+               "bounce buffer too small for the largest O_DIRECT alignment");
 
 /* Source of zeroes for the slow zero path and for zeroing partial
  * sectors.  Never written; in .bss so it costs no file or RAM pages.

@@ -29,8 +29,6 @@
 #include "align.h"
 #include "raw.h"
 
-#define MAX_ALIGN 4096 /* largest O_DIRECT alignment we accept */
-
 /* -D image.slowzero=1: behave as if the kernel refused every fast way of
  * zeroing and trimming (fallocate, BLKZEROOUT, BLKDISCARD), as on a
  * filesystem without them.  Lets the tests reach the FAST_ZERO refusal
@@ -107,8 +105,8 @@ direct_alignment (struct raw *raw, const char *file)
   raw->mem_align = raw->align;
 
 check:
-  if (!is_power_of_2 (raw->align) || raw->align > MAX_ALIGN
-      || !is_power_of_2 (raw->mem_align) || raw->mem_align > MAX_ALIGN)
+  if (!is_power_of_2 (raw->align) || raw->align > RAW_MAX_ALIGN
+      || !is_power_of_2 (raw->mem_align) || raw->mem_align > RAW_MAX_ALIGN)
     {
       nbdkit_error ("%s: cache=none: unsupported O_DIRECT alignment "
                     "(offset %" PRIu32 ", memory %" PRIu32 ")",
@@ -204,7 +202,7 @@ raw_open (const struct image_options *opts)
                         opts->file);
           goto err;
         }
-      if (sector < 512 || sector > MAX_ALIGN || !is_power_of_2 (sector))
+      if (sector < 512 || sector > RAW_MAX_ALIGN || !is_power_of_2 (sector))
         {
           nbdkit_error ("%s: unsupported logical sector size %d", opts->file,
                         sector);
@@ -221,7 +219,7 @@ raw_open (const struct image_options *opts)
       nbdkit_error ("%s: not a regular file or block device", opts->file);
       goto err;
     }
-  if (raw->size > INT64_MAX - 2 * MAX_ALIGN)
+  if (raw->size > INT64_MAX - 2 * RAW_MAX_ALIGN)
     {
       nbdkit_error ("%s: size too large", opts->file);
       goto err;

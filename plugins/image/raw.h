@@ -16,6 +16,11 @@
 
 #include "format.h"
 
+/* The largest O_DIRECT alignment (offset and memory) and logical sector
+ * size raw.c accepts; raw-io.c's bounce buffers are sized for it.
+ */
+#define RAW_MAX_ALIGN 4096
+
 /* Partial-sector read-modify-write in cache=none mode takes one of these
  * locks, chosen by sector number.  Aligned I/O never takes any.
  */
