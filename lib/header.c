@@ -265,60 +265,111 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
   return 0;
 }
 
-/* Find the snapshot to serve and switch img->l1_* and img->size to it. */
-static int
-select_snapshot (struct qcow2_image *img, const char *want,
-                 struct qcow2_error *err)
+/* The snapshot table as far as it has been read.  Its size is only known
+ * once every entry has been walked (entries have variable lengths), so
+ * it is read in growing pieces, never past qemu's limit or the file.
+ */
+struct snapshot_table
 {
-  unsigned char *tab;
-  uint64_t off = 0, found_l1 = 0, found_size = 0;
-  uint32_t found_l1_size = 0, i;
-  bool found = false;
+  struct qcow2_image *img;
+  unsigned char *buf;
+  uint64_t len; /* bytes of the table in buf */
+};
+
+/* Make the first 'end' bytes of the table readable in t->buf. */
+static int
+snapshot_table_need (struct snapshot_table *t, uint64_t end,
+                     struct qcow2_error *err)
+{
+  struct qcow2_image *img = t->img;
+  uint64_t avail = img->file_size - img->snapshots_offset;
+  uint64_t want;
+  unsigned char *p;
   int r;
 
-  if (img->nb_snapshots == 0)
+  if (end <= t->len)
+    return 0;
+  if (end > MAX_SNAPSHOTS_BYTES)
     {
-      qcow2_set_error (err, ENOENT,
-                       "snapshot '%s' not found (the image "
-                       "has no snapshots)",
-                       want);
+      qcow2_set_error (err, EFBIG,
+                       "snapshot table is too large (more than %u bytes)",
+                       MAX_SNAPSHOTS_BYTES);
       return -1;
     }
-  /* The table's size is only known by walking it; qemu bounds it at 64
-   * MiB, and it must lie inside the file.
+  if (end > avail)
+    {
+      qcow2_set_error (err, EINVAL, "snapshot table is truncated");
+      return -1;
+    }
+  /* Grow geometrically: a table of many small entries is then read in
+   * a few large preads rather than one per entry.
    */
-  img->snapshots_bytes = img->file_size - img->snapshots_offset;
-  if (img->snapshots_bytes > MAX_SNAPSHOTS_BYTES)
-    img->snapshots_bytes = MAX_SNAPSHOTS_BYTES;
-  tab = malloc (img->snapshots_bytes);
-  if (tab == NULL)
+  want = t->len * 2 > end ? t->len * 2 : end;
+  if (want < 4096)
+    want = 4096;
+  if (want > MAX_SNAPSHOTS_BYTES)
+    want = MAX_SNAPSHOTS_BYTES;
+  if (want > avail)
+    want = avail;
+  p = realloc (t->buf, want);
+  if (p == NULL)
     {
       qcow2_set_error (err, ENOMEM, "out of memory for the snapshot table");
       return -1;
     }
-  r = img->io->pread (img->io, tab, img->snapshots_bytes,
-                      img->snapshots_offset);
+  t->buf = p;
+  r = img->io->pread (img->io, p + t->len, want - t->len,
+                      img->snapshots_offset + t->len);
   if (r < 0)
     {
       qcow2_set_error (err, -r, "reading the snapshot table: %s",
                        strerror (-r));
-      free (tab);
       return -1;
     }
+  t->len = want;
+  return 0;
+}
+
+/* What serving one snapshot needs from its entry. */
+struct snapshot
+{
+  bool found;
+  uint64_t l1_offset;
+  uint32_t l1_size;
+  uint64_t disk_size;
+};
+
+/* Walk the whole snapshot table, as qemu does at open: it sets the
+ * table's true size (metadata that data clusters must not overlap;
+ * anything after it, L2 tables included, is not), and finds the entry
+ * 'want' names (NULL: none), by ID first, then by name.
+ */
+static int
+walk_snapshots (struct qcow2_image *img, const char *want,
+                struct snapshot *found, struct qcow2_error *err)
+{
+  struct snapshot_table t = { .img = img };
+  struct snapshot by_name = { .found = false };
+  size_t want_len = want ? strlen (want) : 0;
+  uint64_t off = 0;
+  uint32_t i;
+
+  found->found = false;
   for (i = 0; i < img->nb_snapshots; ++i)
     {
       const unsigned char *e;
-      uint32_t l1_size, extra;
+      const char *id, *name;
+      uint32_t extra;
       uint16_t id_len, name_len;
-      uint64_t l1_offset, disk_size = img->size, entry;
+      struct snapshot s = { .found = true };
 
-      if (img->snapshots_bytes - off < SNAPSHOT_HEADER_BYTES)
-        goto truncated;
-      e = tab + off;
-      l1_offset = get_be64 (e);
-      l1_size = get_be32 (e + 8);
-      id_len = get_be16 (e + 12);
-      name_len = get_be16 (e + 14);
+      /* Entries start 8-byte aligned; 'off' stays below 64 MiB + 128 KiB,
+       * so nothing here can overflow.
+       */
+      off = (off + 7) & ~7ULL;
+      if (snapshot_table_need (&t, off + SNAPSHOT_HEADER_BYTES, err) == -1)
+        goto fail;
+      e = t.buf + off;
       extra = get_be32 (e + 36);
       if (extra > MAX_SNAPSHOT_EXTRA)
         {
@@ -326,60 +377,81 @@ select_snapshot (struct qcow2_image *img, const char *want,
                            "snapshot %" PRIu32 " has too much "
                            "extra data (%" PRIu32 " bytes)",
                            i, extra);
-          free (tab);
-          return -1;
+          goto fail;
         }
-      entry = SNAPSHOT_HEADER_BYTES + (uint64_t)extra + id_len + name_len;
-      if (img->snapshots_bytes - off < entry)
-        goto truncated;
-      if (extra >= 16)
-        disk_size = get_be64 (e + SNAPSHOT_HEADER_BYTES + 8);
-      {
-        const char *id = (const char *)e + SNAPSHOT_HEADER_BYTES + extra;
-        const char *name = id + id_len;
-        if ((strlen (want) == id_len && memcmp (want, id, id_len) == 0)
-            || (!found && strlen (want) == name_len
-                && memcmp (want, name, name_len) == 0))
-          {
-            bool by_id
-                = strlen (want) == id_len && memcmp (want, id, id_len) == 0;
-            found = true;
-            found_l1 = l1_offset;
-            found_l1_size = l1_size;
-            found_size = disk_size;
-            if (by_id)
-              break; /* an ID match wins over a name match */
-          }
-      }
-      off += (entry + 7) & ~7ULL;
-      if (off > img->snapshots_bytes)
-        off = img->snapshots_bytes;
+      id_len = get_be16 (e + 12);
+      name_len = get_be16 (e + 14);
+      if (snapshot_table_need (
+              &t, off + SNAPSHOT_HEADER_BYTES + extra + id_len + name_len, err)
+          == -1)
+        goto fail;
+      e = t.buf + off; /* the buffer may have moved */
+      s.l1_offset = get_be64 (e);
+      s.l1_size = get_be32 (e + 8);
+      /* Older entries have no disk size: the snapshot has the disk's. */
+      s.disk_size
+          = extra >= 16 ? get_be64 (e + SNAPSHOT_HEADER_BYTES + 8) : img->size;
+      id = (const char *)e + SNAPSHOT_HEADER_BYTES + extra;
+      name = id + id_len;
+      if (want && !found->found && want_len == id_len
+          && memcmp (want, id, id_len) == 0)
+        *found = s;
+      if (want && !by_name.found && want_len == name_len
+          && memcmp (want, name, name_len) == 0)
+        by_name = s;
+      off += SNAPSHOT_HEADER_BYTES + extra + id_len + name_len;
     }
-  free (tab);
-  if (!found)
+  free (t.buf);
+  img->snapshots_bytes = off;
+  if (!found->found)
+    *found = by_name;
+  return 0;
+
+fail:
+  free (t.buf);
+  return -1;
+}
+
+/* Size the snapshot table, and switch img->l1_* and img->size to the
+ * snapshot 'want' when there is one.
+ */
+static int
+read_snapshots (struct qcow2_image *img, const char *want,
+                struct qcow2_error *err)
+{
+  struct snapshot s = { .found = false };
+
+  if (want && img->nb_snapshots == 0)
+    {
+      qcow2_set_error (err, ENOENT,
+                       "snapshot '%s' not found (the image "
+                       "has no snapshots)",
+                       want);
+      return -1;
+    }
+  if (walk_snapshots (img, want, &s, err) == -1)
+    return -1;
+  if (want == NULL)
+    return 0;
+  if (!s.found)
     {
       qcow2_set_error (err, ENOENT, "snapshot '%s' not found", want);
       return -1;
     }
-  if (found_size > INT64_MAX)
+  if (s.disk_size > INT64_MAX)
     {
       qcow2_set_error (err, EFBIG, "snapshot '%s' has an invalid disk size",
                        want);
       return -1;
     }
-  if (check_table (img, "snapshot L1 table", found_l1, found_l1_size, 8,
+  if (check_table (img, "snapshot L1 table", s.l1_offset, s.l1_size, 8,
                    MAX_L1_BYTES, err)
       == -1)
     return -1;
-  img->l1_offset = found_l1;
-  img->l1_size = found_l1_size;
-  img->size = found_size;
+  img->l1_offset = s.l1_offset;
+  img->l1_size = s.l1_size;
+  img->size = s.disk_size;
   return 0;
-
-truncated:
-  free (tab);
-  qcow2_set_error (err, EINVAL, "snapshot table is truncated");
-  return -1;
 }
 
 int
@@ -670,7 +742,6 @@ qcow2_parse_header (struct qcow2_image *img,
                    MAX_SNAPSHOTS_BYTES, err)
       == -1)
     goto fail;
-  img->snapshots_bytes = (uint64_t)img->nb_snapshots * SNAPSHOT_HEADER_BYTES;
 
   /* Active L1 table: large enough for the disk, within limits. */
   shift = img->cluster_bits + img->l2_bits;
@@ -693,22 +764,16 @@ qcow2_parse_header (struct qcow2_image *img,
   free (hdr);
   hdr = NULL;
 
+  if (read_snapshots (img, opts ? opts->snapshot : NULL, err) == -1)
+    return -1;
   if (opts && opts->snapshot)
     {
-      if (select_snapshot (img, opts->snapshot, err) == -1)
-        return -1;
       l1_needed = img->size == 0 ? 0 : ((img->size - 1) >> shift) + 1;
       if (img->l1_size < l1_needed)
         {
           qcow2_set_error (err, EINVAL, "snapshot L1 table is too small");
           return -1;
         }
-    }
-  else
-    {
-      /* The snapshot table's true size is unknown without walking it; the
-       * fixed headers are enough for the overlap check.
-       */
     }
   return 0;
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Backing chains (raw and qcow2, several levels, shorter backing files),
 # backing=refuse|none|follow with the backing-dir containment rule, loop
-# and depth limits; external data files; internal snapshots.
+# and depth limits; external data files; internal snapshots, with the
+# snapshot table wherever qemu puts it.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 . "$srcdir/test-qcow2-functions.sh"
@@ -152,3 +153,89 @@ done
 same snap.qcow2 s1.raw snapshot=1
 same snap.qcow2 s2.raw snapshot=2
 refused snap.qcow2 "$T/snap.qcow2: snapshot 'nope' not found" snapshot=nope
+
+# Snapshot tables among the data.  qemu writes a new table at the first
+# free clusters whenever a snapshot is taken or deleted, so guest data,
+# L2 tables and snapshot L1 tables end up after it (the table's size is
+# only known from its entries), or the table ends up last in the file.
+
+# every_snapshot IMG [by-id]: each snapshot (by name, and by ID too
+# when asked) and the active layer read like qemu reads them.
+every_snapshot ()
+{
+  local img=$1 id name
+  same "$img" "$img"
+  "$QEMU_IMG" info --output=json -f qcow2 "$img" |
+    /usr/bin/python3 -c '
+import json, sys
+for s in json.load(sys.stdin).get("snapshots", []):
+    print(s["id"], s["name"])' >snaps.txt
+  [ -s snaps.txt ] || fail "$img: no snapshots"
+  while read -r id name; do
+    "$QEMU_IMG" convert -f qcow2 -l snapshot.name="$name" -O raw "$img" \
+      snap-ref.raw
+    same "$img" snap-ref.raw snapshot="$name"
+    if [ "${2-}" = by-id ]; then
+      same "$img" snap-ref.raw snapshot="$id"
+    fi
+  done <snaps.txt
+}
+
+# table_is IMG after|last: the layout the case is about really is there:
+# guest data or L1/L2 tables after the snapshot table, or nothing after it.
+table_is ()
+{
+  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$1: snapshot table is not $2"
+import os, struct, sys
+path, want = sys.argv[1], sys.argv[2]
+f = open(path, "rb")
+hdr = f.read(72)
+cs = 1 << struct.unpack_from(">I", hdr, 20)[0]
+nb, tab = struct.unpack_from(">IQ", hdr, 60)
+size = os.path.getsize(path)
+# Any cluster after the table's first cluster is something else.
+after = (tab // cs + 1) * cs < size
+sys.exit(0 if nb and after == (want == "after") else 1)
+PY
+}
+
+# The reported case: snapshot A deleted, so B's table went to A's freed
+# clusters, before B's L2 table and the data written after A.
+"$QEMU_IMG" create -q -f qcow2 del-first.qcow2 64M
+qio -c 'write -P 1 0 1M' del-first.qcow2
+"$QEMU_IMG" snapshot -c A del-first.qcow2
+qio -c 'write -P 2 4M 1M' del-first.qcow2
+"$QEMU_IMG" snapshot -c B del-first.qcow2
+"$QEMU_IMG" snapshot -d A del-first.qcow2
+table_is del-first.qcow2 after
+every_snapshot del-first.qcow2 by-id
+# ... then more data, and a new snapshot: the table moves to the end.
+cp del-first.qcow2 at-end.qcow2
+qio -c 'write -P 3 8M 1M' at-end.qcow2
+"$QEMU_IMG" snapshot -c C at-end.qcow2
+table_is at-end.qcow2 last
+every_snapshot at-end.qcow2 by-id
+
+# Several snapshots, data written after each, some deleted, over the
+# layouts that change the table's place and size: v2, 512-byte clusters
+# (a table of long names spans several clusters), extended L2.
+long=$(printf 'name%.0s' {1..40})
+for opts in compat=0.10 cluster_size=512 extended_l2=on,cluster_size=16k; do
+  img=many-${opts%%,*}.qcow2
+  img=${img/=/-}
+  "$QEMU_IMG" create -q -f qcow2 -o "$opts" "$img" 8M
+  qio -c 'write -P 0x61 0 1M' -c 'write -P 0x62 3M 5k' "$img"
+  "$QEMU_IMG" snapshot -c first "$img"
+  qio -c 'write -P 0x63 512k 1M' -c 'write -z 3M 64k' "$img"
+  "$QEMU_IMG" snapshot -c "second-$long" "$img"
+  qio -c 'write -P 0x64 5M 1M' -c 'discard 0 64k' "$img"
+  "$QEMU_IMG" snapshot -c third "$img"
+  "$QEMU_IMG" snapshot -c "fourth-$long" "$img"
+  "$QEMU_IMG" snapshot -d first "$img"
+  qio -c 'write -P 0x65 7M 1M' -c 'write -P 0x66 100k 3k' "$img"
+  "$QEMU_IMG" snapshot -c "fifth-$long" "$img"
+  "$QEMU_IMG" snapshot -d third "$img"
+  qio -c 'write -P 0x67 6M 256k' -c 'write -z 5M 64k' "$img"
+  table_is "$img" after
+  every_snapshot "$img"
+done
