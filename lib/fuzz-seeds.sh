@@ -42,6 +42,14 @@ rm -f plain.raw
 img snap.qcow2 32k cluster_size=512
 qemu-img snapshot -c s1 snap.qcow2
 io -c 'write -P 0x44 0 2k' snap.qcow2
+# Snapshot 2 deleted: the table moves to freed clusters, and data
+# written next lands after it.
+img snapdel.qcow2 32k cluster_size=512
+qemu-img snapshot -c s1 snapdel.qcow2
+io -c 'write -P 0x46 4k 2k' snapdel.qcow2
+qemu-img snapshot -c s2 snapdel.qcow2
+qemu-img snapshot -d s2 snapdel.qcow2
+io -c 'write -P 0x47 24k 4k' snapdel.qcow2
 qemu-img create -q -f qcow2 -o cluster_size=512 \
   -b v3-512.qcow2 -F qcow2 overlay.qcow2
 io -c 'write -P 0x55 1k 1k' overlay.qcow2

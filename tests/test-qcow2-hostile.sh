@@ -13,14 +13,16 @@ cd "$T"
 
 n=0
 
-# refused IMG 'MESSAGE': the server refuses to start, saying IMG: MESSAGE.
+# refused IMG 'MESSAGE' [PARAMS...]: the server refuses to start, saying
+# IMG: MESSAGE.
 refused ()
 {
   local img=$1 msg=$2
+  shift 2
   n=$((n + 1))
   expect_error "error: $T/$img: $msg\$" \
-    start_refused h$n "$IMAGE_PLUGIN" file="$T/$img"
-  echo "ok: $img refused: $msg"
+    start_refused h$n "$IMAGE_PLUGIN" file="$T/$img" "$@"
+  echo "ok: $img${*:+ $*} refused: $msg"
 }
 
 # read_fails IMG OFFSET 'MESSAGE': the server starts, a read at OFFSET
@@ -90,6 +92,28 @@ patch backing-off.qcow2 field 16 I 10
 refused backing-off.qcow2 'invalid backing file name offset 0x7fffffffffff'
 mk hdrlen.qcow2 hdrlen.qcow2 field 100 I 0xfffffff8
 refused hdrlen.qcow2 'invalid header length 4294967288'
+
+# ---- snapshot tables ----
+# The table is walked entry by entry at open (as qemu does) to learn its
+# size, so a bad entry refuses the image even when no snapshot is served.
+# qemu writes the table last here, and does not pad the file after it.
+cp good.qcow2 good-nosnap.qcow2
+"$QEMU_IMG" snapshot -c s1 good.qcow2
+mk snap-extra.qcow2 snap-extra.qcow2 snap 0 36 I 1025
+refused snap-extra.qcow2 'snapshot 0 has too much extra data \(1025 bytes\)'
+mk snap-trunc.qcow2 snap-trunc.qcow2 snap 0 14 H 0xffff
+refused snap-trunc.qcow2 'snapshot table is truncated'
+mk snap-64m.qcow2 snap-64m.qcow2 snaphuge
+refused snap-64m.qcow2 \
+  'snapshot table is too large \(more than 67108864 bytes\)'
+mk snap-l1-eof.qcow2 snap-l1-eof.qcow2 snap 0 0 Q '1 << 40'
+refused snap-l1-eof.qcow2 'snapshot L1 table at 0x10000000000 \(16 bytes\) extends beyond the end of the file \([0-9]+ bytes\)' snapshot=s1
+refused snap-l1-eof.qcow2 "snapshot 'nope' not found" snapshot=nope
+# Sized from its entries, the table is still metadata.
+mk snap-data.qcow2 snap-data.qcow2 l2 0 'snaptab'
+read_fails snap-data.qcow2 0 \
+  'data cluster offset 0x[0-9a-f]+ overlaps metadata \(guest offset 0\)'
+mv good-nosnap.qcow2 good.qcow2
 
 # ---- refused on the read that meets them ----
 mk l2-unaligned.qcow2 l2-unaligned.qcow2 l1 0 '(l2 + 512) | 1 << 63'

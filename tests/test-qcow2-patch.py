@@ -6,9 +6,15 @@
 #   test-qcow2-patch.py IMG l2bitmap INDEX EXPR     extended L2 bitmap
 #   test-qcow2-patch.py IMG ext TYPE LEN            first header extension
 #   test-qcow2-patch.py IMG featname BIT NAME       first feature name entry
+#   test-qcow2-patch.py IMG snap INDEX OFFSET FMT EXPR  field of a snapshot
+#                                                   table entry
+#   test-qcow2-patch.py IMG snaphuge                a new table at the end of
+#       the file, over qemu's 64 MiB limit (1024 entries of 64 KiB names)
 #   test-qcow2-patch.py IMG print EXPR              print a value
 # EXPR is Python over: cs (cluster size), l1 (L1 offset), l2 (first L2
-# table offset), data (host offset of guest cluster 0), reftable, eof.
+# table offset), data (host offset of guest cluster 0), reftable, eof,
+# snaptab (snapshot table offset), snapl1 (L1 offset of the first
+# snapshot).
 # SPDX-License-Identifier: BSD-3-Clause
 import os
 import struct
@@ -31,7 +37,28 @@ data = 0
 if l2:
     f.seek(l2)
     data = struct.unpack(">Q", f.read(8))[0] & 0x00fffffffffffe00
-env = dict(cs=cs, l1=l1, l2=l2, data=data, reftable=reftable, eof=eof)
+nb_snapshots, snaptab = struct.unpack_from(">IQ", hdr, 60)
+
+
+def snap_entry(index):
+    """Offset of snapshot table entry INDEX (entries have variable
+    lengths: extra data, ID and name follow the 40-byte header)."""
+    off = snaptab
+    for _ in range(index):
+        f.seek(off)
+        e = f.read(40)
+        id_len, name_len = struct.unpack_from(">HH", e, 12)
+        extra = struct.unpack_from(">I", e, 36)[0]
+        off = (off + 40 + extra + id_len + name_len + 7) & ~7
+    return off
+
+
+snapl1 = 0
+if nb_snapshots:
+    f.seek(snaptab)
+    snapl1 = struct.unpack(">Q", f.read(8))[0]
+env = dict(cs=cs, l1=l1, l2=l2, data=data, reftable=reftable, eof=eof,
+           snaptab=snaptab, snapl1=snapl1)
 
 
 def val(expr):
@@ -72,6 +99,19 @@ elif what == "featname":
             f.write(struct.pack(">BB", 0, int(sys.argv[3])) + name)
             break
         off += 8 + ((n + 7) & ~7)
+elif what == "snap":
+    put(snap_entry(int(sys.argv[3])) + int(sys.argv[4], 0), sys.argv[5],
+        val(sys.argv[6]))
+elif what == "snaphuge":
+    # Sparse: only the entry headers are written.
+    n, step = 1024, (40 + 0xffff + 7) & ~7
+    table = (eof + cs - 1) // cs * cs
+    for i in range(n):
+        f.seek(table + i * step)
+        f.write(struct.pack(">QIHH", 0, 0, 0, 0xffff) + bytes(24))
+    f.truncate(table + n * step)
+    put(60, "I", n)
+    put(64, "Q", table)
 elif what == "print":
     print(val(sys.argv[3]))
 else:
