@@ -119,6 +119,17 @@ ivset_busy (const struct ivset *s, uint64_t a, uint64_t b)
   return false;
 }
 
+uint64_t
+ivset_oldest (const struct ivset *s, uint64_t a, uint64_t b)
+{
+  uint64_t r = IV_NO_WRITE;
+  size_t i;
+
+  for (i = ivset_find (s, a); i < s->len && s->v[i].start < b; ++i)
+    r = MIN (r, s->v[i].oldest);
+  return r;
+}
+
 size_t
 ivset_count_overlaps (const struct ivset *s, uint64_t a, uint64_t b)
 {

@@ -33,9 +33,10 @@ enum iv_state
 struct iv
 {
   uint64_t start, end;
-  /* Sequence number of the oldest acknowledged write in this interval:
-   * a flush with sequence S must see every interval with oldest < S
-   * written (merging keeps the minimum).
+  /* Sequence number of the oldest acknowledged write whose bytes this
+   * interval holds or replaces: a flush with sequence S waits until no
+   * interval with oldest < S is left (merging keeps the minimum).
+   * IV_NO_WRITE while a write that replaces nothing is being copied in.
    */
   uint64_t oldest;
   enum iv_state state;
@@ -85,6 +86,12 @@ extern size_t ivset_carve (struct ivset *s, uint64_t a, uint64_t b,
  * touch it.  Returns the index of the merged interval.
  */
 extern size_t ivset_merge (struct ivset *s, size_t idx);
+
+/* Smallest 'oldest' of the intervals overlapping [a, b), or
+ * IV_NO_WRITE if none: what a write replacing them must inherit.
+ */
+#define IV_NO_WRITE UINT64_MAX
+extern uint64_t ivset_oldest (const struct ivset *s, uint64_t a, uint64_t b);
 
 /* Number of intervals overlapping [a, b). */
 extern size_t ivset_count_overlaps (const struct ivset *s, uint64_t a,

@@ -1,0 +1,447 @@
+/* nbdstack coalesce filter: the buffered bytes.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * The buffered bytes live at their own export offset inside one
+ * anonymous MAP_NORESERVE mapping as large as the export.  Any run of
+ * adjacent buffered ranges is therefore contiguous in memory, so merged
+ * ranges go down with a single pwrite straight from the buffer: the
+ * payload is copied exactly once (client buffer -> mapping), no
+ * per-request malloc, no gather copy.  Only touched pages become
+ * resident; pages are returned with MADV_DONTNEED once written, and
+ * resident memory is bounded by charging every interval its span in
+ * whole pages against coalesce-size (back-pressure when full).
+ *
+ * The lock protects only the interval set and counters and is never
+ * held across a call to the plugin: ranges being written are marked
+ * IV_INFLIGHT, ranges being copied in IV_FILLING, ranges replaced by a
+ * zero/trim/direct write in progress IV_ZOMBIE, and a later request
+ * that overlaps any of them waits, so an older write never lands after
+ * a newer one.
+ */
+#include <config.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <nbdkit-filter.h>
+
+#include "align.h"
+#include "coalesce.h"
+
+void
+buffer_log_removal (uint64_t a, uint64_t b)
+{
+  co.removals[co.removal_gen % REMOVAL_LOG].start = a;
+  co.removals[co.removal_gen % REMOVAL_LOG].end = b;
+  co.removal_gen++;
+}
+
+/* True if something overlapping [a, b) left the buffer since gen. */
+static bool
+removed_since (uint64_t gen, uint64_t a, uint64_t b)
+{
+  uint64_t g;
+
+  if (co.removal_gen - gen >= REMOVAL_LOG)
+    return true;
+  for (g = gen; g < co.removal_gen; ++g)
+    {
+      if (co.removals[g % REMOVAL_LOG].start < b
+          && a < co.removals[g % REMOVAL_LOG].end)
+        return true;
+    }
+  return false;
+}
+
+/* Give back the pages of interval idx that no neighbour shares, then
+ * drop the interval.  Readers are told through the removal log.
+ */
+void
+buffer_release_and_remove (size_t idx)
+{
+  struct ivset *set = &co.set;
+  const uint64_t pg = set->page_size;
+  uint64_t a = set->v[idx].start, b = set->v[idx].end;
+  uint64_t lo = ROUND_DOWN (a, pg), hi = ROUND_UP (b, pg);
+
+  if (idx > 0 && set->v[idx - 1].end > lo)
+    lo = ROUND_UP (a, pg);
+  if (idx + 1 < set->len && set->v[idx + 1].start < hi)
+    hi = ROUND_DOWN (b, pg);
+  if (lo < hi)
+    madvise (co.map + lo, hi - lo, MADV_DONTNEED);
+
+  buffer_log_removal (a, b);
+  ivset_remove (set, idx);
+  pthread_cond_broadcast (&co.changed);
+}
+
+/* Wait for 'changed'.  Waking is counted, so that the hot path (a small
+ * write becoming dirty) broadcasts only when somebody waits.
+ */
+void
+buffer_wait_changed (void)
+{
+  co.busy_waiters++;
+  pthread_cond_wait (&co.changed, &co.lock);
+  co.busy_waiters--;
+}
+
+static void
+wait_not_busy (uint64_t a, uint64_t b)
+{
+  while (ivset_busy (&co.set, a, b))
+    buffer_wait_changed ();
+}
+
+/* Find an interval by start offset after the lock was dropped
+ * (intervals in states other than IV_DIRTY are never moved by others).
+ */
+size_t
+buffer_find_exact (uint64_t start)
+{
+  size_t i = ivset_find (&co.set, start);
+
+  assert (i < co.set.len && co.set.v[i].start == start);
+  return i;
+}
+
+static void
+mark_dirty (size_t idx)
+{
+  if (co.set.dirty_bytes == 0)
+    {
+      now (&co.dirty_since);
+      pthread_cond_signal (&co.wake_bg);
+    }
+  ivset_set_state (&co.set, idx, IV_DIRTY);
+  ivset_merge (&co.set, idx);
+  if (co.set.charged >= co.high_water)
+    pthread_cond_signal (&co.wake_bg);
+  if (co.busy_waiters > 0)
+    pthread_cond_broadcast (&co.changed);
+}
+
+/* Copy a write into the buffer and acknowledge it.  *fail_gen_at_ack
+ * is the failure generation at that moment, read under the lock: a
+ * writethrough writer compares it with later ones to learn whether a
+ * group commit failed its data.
+ */
+int
+buffer_write (const void *buf, uint32_t count, uint64_t offset,
+              uint64_t *fail_gen_at_ack, int *err)
+{
+  const uint64_t a = offset, b = offset + count;
+  const uint64_t charge = iv_charge (&co.set, a, b);
+  uint64_t inherited;
+  size_t idx;
+
+  pthread_mutex_lock (&co.lock);
+  /* Back-pressure: never grow past coalesce-size.  Both conditions
+   * must hold at once, and waiting for either drops the lock.
+   */
+  for (;;)
+    {
+      if (co.set.charged + charge > co.buffer_limit)
+        {
+          struct timespec t0, t1;
+          if (co.plugin_failing && co.mode == MODE_WRITEBACK)
+            {
+              /* The plugin is failing and the buffer is full: waiting could
+               * be forever, so fail this write instead of hanging.
+               */
+              *err = co.last_err;
+              pthread_mutex_unlock (&co.lock);
+              return -1;
+            }
+          now (&t0);
+          pthread_cond_signal (&co.wake_bg);
+          buffer_wait_changed ();
+          now (&t1);
+          co.backpressure_ns += ns_between (&t0, &t1);
+          continue;
+        }
+      if (ivset_busy (&co.set, a, b))
+        {
+          buffer_wait_changed ();
+          continue;
+        }
+      break;
+    }
+  if (ivset_reserve (&co.set, 2) == -1)
+    {
+      *err = ENOMEM;
+      pthread_mutex_unlock (&co.lock);
+      return -1;
+    }
+  /* The bytes this write replaces may be owed to a flush that is in
+   * progress: the write takes over their sequence number.
+   */
+  inherited = ivset_oldest (&co.set, a, b);
+  idx = ivset_carve (&co.set, a, b, NULL, NULL);
+  ivset_insert (
+      &co.set, idx,
+      (struct iv){
+          .start = a, .end = b, .oldest = inherited, .state = IV_FILLING });
+
+  /* Copy the payload without the lock: the range is IV_FILLING, so no
+   * one else writes it and its pages cannot be released.
+   */
+  if (count >= 65536)
+    {
+      pthread_mutex_unlock (&co.lock);
+      memcpy (co.map + a, buf, count);
+      pthread_mutex_lock (&co.lock);
+      idx = buffer_find_exact (a);
+    }
+  else
+    memcpy (co.map + a, buf, count);
+
+  co.writes_in++;
+  co.bytes_in += count;
+  ++co.seq;
+  co.set.v[idx].oldest = MIN (inherited, co.seq);
+  mark_dirty (idx);
+  *fail_gen_at_ack = co.fail_gen;
+  pthread_mutex_unlock (&co.lock);
+  return 0;
+}
+
+/* Zero, trim, or a write too big to buffer: take the buffered data in
+ * [a, b) out of write-back (it must never land after this request),
+ * call below, then drop it.  Until then readers keep seeing it and
+ * flushes wait for it (the pieces keep their sequence numbers); if the
+ * request fails, nothing changed below and the pieces are dirty again.
+ */
+int
+buffer_direct (enum direct_op op, const void *buf, uint32_t count,
+               uint64_t offset, uint32_t flags, int *err)
+{
+  const uint64_t a = offset, b = offset + count;
+  nbdkit_next *below = co.below;
+  size_t i, n, idx;
+  struct iv *pieces = NULL;
+  int r;
+
+  pthread_mutex_lock (&co.lock);
+  wait_not_busy (a, b);
+  n = ivset_count_overlaps (&co.set, a, b);
+  if (n > 0)
+    {
+      pieces = malloc (n * sizeof *pieces);
+      if (pieces == NULL || ivset_reserve (&co.set, n + 1) == -1)
+        {
+          *err = ENOMEM;
+          pthread_mutex_unlock (&co.lock);
+          free (pieces);
+          return -1;
+        }
+      idx = ivset_carve (&co.set, a, b, pieces, &n);
+      for (i = 0; i < n; ++i)
+        {
+          pieces[i].state = IV_ZOMBIE;
+          ivset_insert (&co.set, idx + i, pieces[i]);
+          co.zeroes_dropped_bytes += pieces[i].end - pieces[i].start;
+        }
+    }
+  if (op == OP_WRITE)
+    {
+      co.writes_in++;
+      co.bytes_in += count;
+      co.direct_writes++;
+    }
+  co.direct_inflight++;
+  pthread_mutex_unlock (&co.lock);
+
+  switch (op)
+    {
+    case OP_ZERO:
+      r = CALL_BELOW (below->zero (below, count, offset, flags, err));
+      break;
+    case OP_TRIM:
+      r = CALL_BELOW (below->trim (below, count, offset, flags, err));
+      break;
+    default:
+      r = 0;
+      for (uint64_t off = a; off < b && r == 0;)
+        {
+          uint32_t c = MIN (b - off, (uint64_t)co.max_write);
+          r = CALL_BELOW (below->pwrite (below, (const char *)buf + (off - a),
+                                         c, off, flags & NBDKIT_FLAG_FUA, err));
+          off += c;
+        }
+      break;
+    }
+
+  pthread_mutex_lock (&co.lock);
+  co.direct_inflight--;
+  if (r == 0 && !(flags & NBDKIT_FLAG_FUA))
+    co.wgen++;
+  if (op == OP_WRITE)
+    {
+      if (r == 0)
+        writeback_note_success ();
+      else
+        writeback_note_failure (*err);
+    }
+  for (i = 0; i < n; ++i)
+    {
+      idx = buffer_find_exact (pieces[i].start);
+      assert (co.set.v[idx].state == IV_ZOMBIE);
+      if (r == 0)
+        buffer_release_and_remove (idx);
+      else
+        {
+          ivset_set_state (&co.set, idx, IV_DIRTY);
+          ivset_merge (&co.set, idx);
+        }
+    }
+  if (r == 0 && n == 0)
+    {
+      /* A read that looked below before this changed the plugin must not
+       * mix old plugin data with nothing: log the range as changed.
+       */
+      buffer_log_removal (a, b);
+    }
+  pthread_cond_broadcast (&co.changed);
+  pthread_mutex_unlock (&co.lock);
+  free (pieces);
+  return r;
+}
+
+/* Read below, then lay the buffer over it. */
+int
+buffer_read (void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  const uint64_t end = offset + count;
+  nbdkit_next *below = co.below;
+  int tries;
+
+  for (tries = 0;; tries++)
+    {
+      uint64_t gen, covered = 0;
+      size_t i, first;
+      bool locked_read = tries >= 8;
+
+      pthread_mutex_lock (&co.lock);
+      first = ivset_find (&co.set, offset);
+      for (i = first; i < co.set.len && co.set.v[i].start < end; ++i)
+        covered += MIN (co.set.v[i].end, end) - MAX (co.set.v[i].start, offset);
+      if (covered < count)
+        {
+          gen = co.removal_gen;
+          /* After repeated races with write-back (only under a sustained
+           * stream of completions over this very range) read below with the
+           * lock held, which cannot race.
+           */
+          if (!locked_read)
+            pthread_mutex_unlock (&co.lock);
+          if (CALL_BELOW (below->pread (below, buf, count, offset, 0, err))
+              == -1)
+            {
+              if (locked_read)
+                pthread_mutex_unlock (&co.lock);
+              return -1;
+            }
+          if (!locked_read)
+            {
+              pthread_mutex_lock (&co.lock);
+              if (removed_since (gen, offset, end))
+                {
+                  pthread_mutex_unlock (&co.lock);
+                  continue;
+                }
+            }
+          first = ivset_find (&co.set, offset);
+        }
+      for (i = first; i < co.set.len && co.set.v[i].start < end; ++i)
+        {
+          uint64_t a = MAX (co.set.v[i].start, offset);
+          uint64_t b = MIN (co.set.v[i].end, end);
+          memcpy ((char *)buf + (a - offset), co.map + a, b - a);
+        }
+      pthread_mutex_unlock (&co.lock);
+      return 0;
+    }
+}
+
+/* Buffered ranges are data, whatever the plugin says about them now.
+ * The buffer is looked at before asking below: data that leaves the
+ * buffer meanwhile has been written, so one of the two sees it.
+ */
+int
+buffer_extents (uint32_t count, uint64_t offset, uint32_t flags,
+                struct nbdkit_extents *extents, int *err)
+{
+  const uint64_t end = offset + count;
+  nbdkit_next *below = co.below;
+  struct nbdkit_extents *from_below = NULL;
+  struct iv *snap = NULL;
+  size_t n = 0, i, j = 0;
+  int r = -1;
+
+  pthread_mutex_lock (&co.lock);
+  n = ivset_count_overlaps (&co.set, offset, end);
+  if (n > 0)
+    {
+      snap = malloc (n * sizeof *snap);
+      if (snap == NULL)
+        {
+          pthread_mutex_unlock (&co.lock);
+          *err = ENOMEM;
+          return -1;
+        }
+      memcpy (snap, &co.set.v[ivset_find (&co.set, offset)], n * sizeof *snap);
+    }
+  pthread_mutex_unlock (&co.lock);
+
+  from_below = nbdkit_extents_new (offset, end);
+  if (from_below == NULL)
+    {
+      *err = errno;
+      goto out;
+    }
+  if (CALL_BELOW (below->extents (below, count, offset, flags, from_below, err))
+      == -1)
+    goto out;
+
+  for (i = 0; i < nbdkit_extents_count (from_below); ++i)
+    {
+      struct nbdkit_extent e = nbdkit_get_extent (from_below, i);
+      uint64_t a = MAX (e.offset, offset);
+      uint64_t b = MIN (e.offset + e.length, end);
+
+      while (a < b)
+        {
+          uint64_t stop;
+          uint32_t type;
+
+          while (j < n && snap[j].end <= a)
+            j++;
+          if (j < n && snap[j].start <= a)
+            {
+              stop = MIN (b, snap[j].end);
+              type = 0;
+            }
+          else
+            {
+              stop = j < n ? MIN (b, snap[j].start) : b;
+              type = e.type;
+            }
+          if (nbdkit_add_extent (extents, a, stop - a, type) == -1)
+            {
+              *err = errno;
+              goto out;
+            }
+          a = stop;
+        }
+    }
+  r = 0;
+out:
+  nbdkit_extents_free (from_below);
+  free (snap);
+  return r;
+}
