@@ -41,7 +41,10 @@ struct format_ops {
 
   int64_t (*get_size) (void *state);
   /* Feature queries: return values have nbdkit's meaning.  A NULL op
-   * means "false" (or NBDKIT_FUA_NONE / NBDKIT_CACHE_NONE).
+   * means "false" (or NBDKIT_FUA_NONE / NBDKIT_CACHE_NONE).  A format
+   * that provides one must also provide the data ops it enables (image.c
+   * asserts it): can_write pwrite, can_flush and can_fua flush, can_trim
+   * trim, can_zero zero, can_extents extents, can_cache cache.
    */
   int (*can_write) (void *state);
   int (*can_flush) (void *state);

@@ -3,6 +3,7 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -235,6 +236,24 @@ sniff_format (enum format_choice *choice)
   return 0;
 }
 
+/* nbdkit calls a data callback only when its can_* answers yes, and a
+ * format without that can_* answers no (FEATURE below), so the image_*
+ * callbacks call the format's op unchecked: a format must provide every
+ * op that one of its can_* can turn on.  Checked once, at start-up.
+ */
+static void
+assert_format_complete (const struct format_ops *f)
+{
+  assert (f->open && f->close && f->get_size && f->pread);
+  assert (!f->can_write || f->pwrite);
+  assert (!f->can_flush || f->flush);
+  assert (!f->can_fua || f->flush); /* emulated FUA is a flush */
+  assert (!f->can_trim || f->trim);
+  assert (!f->can_zero || f->zero);
+  assert (!f->can_extents || f->extents);
+  assert (!f->can_cache || f->cache);
+}
+
 static int
 image_config_complete (void)
 {
@@ -274,6 +293,7 @@ image_config_complete (void)
   if (format_choice == FORMAT_AUTO && sniff_format (&format_choice) == -1)
     return -1;
   format = format_choice == FORMAT_QCOW2 ? &qcow2_format : &raw_format;
+  assert_format_complete (format);
   options.file = filename;
   if (format->config_complete && format->config_complete () == -1)
     return -1;
