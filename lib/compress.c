@@ -36,6 +36,7 @@ struct tls
 
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static int tls_key_error; /* pthread_key_create's result */
 static __thread struct tls *tls;
 
 static void
@@ -54,18 +55,41 @@ tls_free (void *p)
 static void
 tls_init_key (void)
 {
-  pthread_key_create (&tls_key, tls_free);
+  tls_key_error = pthread_key_create (&tls_key, tls_free);
 }
 
+/* This thread's buffers and contexts.  Without the key they could never
+ * be freed at thread exit, so reading a compressed cluster fails instead.
+ */
 static struct tls *
-get_tls (void)
+get_tls (struct qcow2_error *err)
 {
+  int r;
+
+  if (tls)
+    return tls;
+  pthread_once (&tls_once, tls_init_key);
+  if (tls_key_error)
+    {
+      qcow2_set_error (err, tls_key_error,
+                       "cannot create the decompression thread key: %s",
+                       strerror (tls_key_error));
+      return NULL;
+    }
+  tls = calloc (1, sizeof *tls);
   if (tls == NULL)
     {
-      pthread_once (&tls_once, tls_init_key);
-      tls = calloc (1, sizeof *tls);
-      if (tls)
-        pthread_setspecific (tls_key, tls);
+      qcow2_set_error (err, ENOMEM, "out of memory");
+      return NULL;
+    }
+  r = pthread_setspecific (tls_key, tls);
+  if (r != 0)
+    {
+      free (tls);
+      tls = NULL;
+      qcow2_set_error (err, r, "cannot set the decompression thread key: %s",
+                       strerror (r));
+      return NULL;
     }
   return tls;
 }
@@ -141,7 +165,7 @@ int
 qcow2_read_compressed (struct qcow2_image *img, uint64_t l2e, void *out,
                        struct qcow2_error *err)
 {
-  struct tls *t = get_tls ();
+  struct tls *t = get_tls (err);
   uint64_t coffset = l2e & img->coffset_mask;
   uint64_t nb_sectors = ((l2e >> img->csize_shift) & img->csize_mask) + 1;
   uint64_t csize = nb_sectors * 512 - (coffset & 511);
@@ -149,10 +173,7 @@ qcow2_read_compressed (struct qcow2_image *img, uint64_t l2e, void *out,
   int r;
 
   if (t == NULL)
-    {
-      qcow2_set_error (err, ENOMEM, "out of memory");
-      return -1;
-    }
+    return -1;
   if (img->data_io != img->io)
     {
       qcow2_set_error (err, EIO,
@@ -233,12 +254,9 @@ qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e, void *buf,
   if (in_cluster == 0 && len == img->cluster_size)
     return qcow2_read_compressed (img, l2e, buf, err);
 
-  t = get_tls ();
+  t = get_tls (err);
   if (t == NULL)
-    {
-      qcow2_set_error (err, ENOMEM, "out of memory");
-      return -1;
-    }
+    return -1;
   if (t->out_uid != img->uid || t->out_l2e != l2e)
     {
       if (t->out_cap < img->cluster_size)
