@@ -412,11 +412,13 @@ qcow2_glue_open (const struct image_options *opts)
         }
     }
 
-  /* Writing qcow2 comes later; say so instead of failing writes. */
-  fprintf (stderr,
-           "nbdkit: image: %s: qcow2 images are served read-only "
-           "(qcow2 writing is not supported yet)\n",
-           opts->file);
+  /* Writing qcow2 comes later; say so instead of failing writes.  Not
+   * an error, but nbdkit_debug is silent without -v, and the operator
+   * who expected a writable export must see this line.
+   */
+  nbdkit_error ("%s: qcow2 images are served read-only "
+                "(qcow2 writing is not supported yet)",
+                opts->file);
   nbdkit_debug ("%s: qcow2 v%u, cluster size %u, %u L2 cache entries, "
                 "%u file(s) in the chain%s",
                 opts->file, qcow2_get_version (q->layers[0].img),
