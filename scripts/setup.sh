@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what nbdstack needs on Debian 12 (only what is missing), then
+# Install what nbdstack needs on Debian 12 or 13 (only what is missing), then
 # configure and build it out of tree.
 #   scripts/setup.sh [BUILD-DIR] [configure options...]
 # SPDX-License-Identifier: BSD-3-Clause
@@ -10,10 +10,15 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/build}
 shift || true
 
+# Everything the build, `make check` and the scripts run, so that a fresh
+# Debian passes the test suite: besides the build tools and the NBD peers,
+# python3 (tests run /usr/bin/python3), strace (test-image-fua),
+# time (/usr/bin/time, test-coalesce-randops), util-linux (setpriv, flock),
+# mount (losetup, test-image-loop) and e2fsprogs (filefrag, chattr).
 packages=(
-  nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
+  nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd python3
   qemu-utils zlib1g-dev libzstd-dev autoconf automake libtool pkg-config
-  make gcc clang fio perl util-linux e2fsprogs
+  make gcc clang fio perl util-linux mount e2fsprogs strace time
 )
 missing=()
 for p in "${packages[@]}"; do
