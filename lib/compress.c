@@ -161,9 +161,12 @@ zstd_cluster (struct tls *t, const void *in, size_t in_len, void *out,
   return 0;
 }
 
-int
-qcow2_read_compressed (struct qcow2_image *img, uint64_t l2e, void *out,
-                       struct qcow2_error *err)
+/* Decompress the whole cluster whose L2 entry is 'l2e' into 'out'
+ * (cluster_size bytes).
+ */
+static int
+read_compressed (struct qcow2_image *img, uint64_t l2e, void *out,
+                 struct qcow2_error *err)
 {
   struct tls *t = get_tls (err);
   uint64_t coffset = l2e & img->coffset_mask;
@@ -252,7 +255,7 @@ qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e, void *buf,
   struct tls *t;
 
   if (in_cluster == 0 && len == img->cluster_size)
-    return qcow2_read_compressed (img, l2e, buf, err);
+    return read_compressed (img, l2e, buf, err);
 
   t = get_tls (err);
   if (t == NULL)
@@ -271,7 +274,7 @@ qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e, void *buf,
           t->out_cap = img->cluster_size;
         }
       t->out_uid = 0;
-      if (qcow2_read_compressed (img, l2e, t->out, err) == -1)
+      if (read_compressed (img, l2e, t->out, err) == -1)
         return -1;
       t->out_uid = img->uid;
       t->out_l2e = l2e;

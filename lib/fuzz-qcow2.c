@@ -76,11 +76,11 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   unsigned i;
 
   if (backing_io == NULL)
-    backing_io = qcow2_hostio_mem (backing, sizeof backing, false);
+    backing_io = qcow2_hostio_mem (backing, sizeof backing);
   if (copy == NULL)
     return 0;
   memcpy (copy, data, size);
-  io = qcow2_hostio_mem (copy, size, false);
+  io = qcow2_hostio_mem (copy, size);
   for (i = 0; io && i < 3; ++i)
     {
       struct qcow2_open_options opts

@@ -131,9 +131,8 @@ dup_name (const unsigned char *p, size_t len, const char *what,
 
 static int
 parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
-                  size_t start, size_t end, uint64_t crypt_method,
-                  const unsigned char **names, size_t *names_len,
-                  struct qcow2_error *err)
+                  size_t start, size_t end, const unsigned char **names,
+                  size_t *names_len, struct qcow2_error *err)
 {
   size_t off = start;
 
@@ -233,13 +232,6 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
             /* Bitmaps do not change what the disk reads: nothing more. */
             break;
           }
-        case EXT_CRYPTO:
-          /* Only meaningful with encryption, which is refused later with a
-           * better message; a stray one is harmless for reading.
-           */
-          if (crypt_method == 0)
-            break;
-          break;
         case EXT_DATA_FILE:
           if (len == 0 || len > MAX_DATA_FILE_NAME)
             {
@@ -255,7 +247,10 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
             return -1;
           break;
         default:
-          break; /* unknown extensions may be ignored */
+          /* Unknown extensions may be ignored, as may the encryption
+           * header: encrypted images are refused below anyway.
+           */
+          break;
         }
       /* Extension data is padded to 8 bytes; 'len' <= end - off so the
        * rounded value cannot overflow size_t.
@@ -561,8 +556,6 @@ qcow2_parse_header (struct qcow2_image *img,
           goto fail;
         }
       img->incompat = get_be64 (hdr + 72);
-      img->compat = get_be64 (hdr + 80);
-      img->autoclear = get_be64 (hdr + 88);
       img->refcount_order = get_be32 (hdr + 96);
       header_length = get_be32 (hdr + 100);
       if (header_length < V3_HEADER_BYTES || header_length % 8 != 0
@@ -628,8 +621,8 @@ qcow2_parse_header (struct qcow2_image *img,
     }
   else
     ext_end = img->cluster_size < hdr_len ? img->cluster_size : hdr_len;
-  if (parse_extensions (img, hdr, header_length, ext_end, crypt_method, &names,
-                        &names_len, err)
+  if (parse_extensions (img, hdr, header_length, ext_end, &names, &names_len,
+                        err)
       == -1)
     goto fail;
 

@@ -42,37 +42,6 @@ fd_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
   return 0;
 }
 
-static int
-fd_pwrite (struct qcow2_hostio *io, const void *buf, size_t count,
-           uint64_t offset)
-{
-  struct fd_io *f = (struct fd_io *)io;
-  const char *p = buf;
-
-  while (count > 0)
-    {
-      ssize_t r = pwrite (f->fd, p, count, offset);
-      if (r == -1)
-        {
-          if (errno == EINTR)
-            continue;
-          return -errno;
-        }
-      p += r;
-      count -= r;
-      offset += r;
-    }
-  return 0;
-}
-
-static int
-fd_flush (struct qcow2_hostio *io)
-{
-  struct fd_io *f = (struct fd_io *)io;
-
-  return fdatasync (f->fd) == -1 ? -errno : 0;
-}
-
 static int64_t
 fd_get_size (struct qcow2_hostio *io)
 {
@@ -145,8 +114,6 @@ qcow2_hostio_fd (int fd, bool own_fd)
   if (f == NULL)
     return NULL;
   f->io.pread = fd_pread;
-  f->io.pwrite = fd_pwrite;
-  f->io.flush = fd_flush;
   f->io.get_size = fd_get_size;
   f->io.close = fd_close;
   f->io.block_status = fd_block_status;
@@ -158,9 +125,8 @@ qcow2_hostio_fd (int fd, bool own_fd)
 struct mem_io
 {
   struct qcow2_hostio io; /* must be first */
-  unsigned char *buf;
+  const unsigned char *buf;
   size_t len;
-  bool writable;
 };
 
 static int
@@ -171,27 +137,6 @@ mem_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
   if (offset > m->len || count > m->len - offset)
     return -EIO;
   memcpy (buf, m->buf + offset, count);
-  return 0;
-}
-
-static int
-mem_pwrite (struct qcow2_hostio *io, const void *buf, size_t count,
-            uint64_t offset)
-{
-  struct mem_io *m = (struct mem_io *)io;
-
-  if (!m->writable)
-    return -EROFS;
-  /* A fixed buffer cannot grow. */
-  if (offset > m->len || count > m->len - offset)
-    return -ENOSPC;
-  memcpy (m->buf + offset, buf, count);
-  return 0;
-}
-
-static int
-mem_flush (struct qcow2_hostio *io)
-{
   return 0;
 }
 
@@ -210,19 +155,16 @@ mem_close (struct qcow2_hostio *io)
 }
 
 struct qcow2_hostio *
-qcow2_hostio_mem (void *buf, size_t len, bool writable)
+qcow2_hostio_mem (const void *buf, size_t len)
 {
   struct mem_io *m = calloc (1, sizeof *m);
 
   if (m == NULL)
     return NULL;
   m->io.pread = mem_pread;
-  m->io.pwrite = mem_pwrite;
-  m->io.flush = mem_flush;
   m->io.get_size = mem_get_size;
   m->io.close = mem_close;
   m->buf = buf;
   m->len = len;
-  m->writable = writable;
   return &m->io;
 }

@@ -27,7 +27,6 @@ struct l2_slot
   unsigned refs;
   bool valid;
   bool loading;
-  bool dirty; /* for write-back, unused while read-only */
 };
 
 struct l2_shard
@@ -182,7 +181,7 @@ again:
           ref->table = sl->table;
           return 0;
         }
-      if (sl->refs == 0 && !sl->loading && !sl->dirty
+      if (sl->refs == 0 && !sl->loading
           && (victim == NULL
               || (victim->valid
                   && (!sl->valid || sl->last_use < victim->last_use))))

@@ -3,8 +3,7 @@
  *
  * The format code never touches a file descriptor: it goes through this
  * table, so the same code runs over a real file (plugin) or a buffer in
- * memory (unit tests, fuzzer).  pwrite and flush are here for the
- * writing support to come.
+ * memory (unit tests, fuzzer).
  */
 #ifndef NBDSTACK_QCOW2_HOSTIO_H
 #define NBDSTACK_QCOW2_HOSTIO_H
@@ -20,9 +19,6 @@ struct qcow2_hostio
    */
   int (*pread) (struct qcow2_hostio *io, void *buf, size_t count,
                 uint64_t offset);
-  int (*pwrite) (struct qcow2_hostio *io, const void *buf, size_t count,
-                 uint64_t offset);
-  int (*flush) (struct qcow2_hostio *io);
   /* Current size of the file in bytes, or a negative errno. */
   int64_t (*get_size) (struct qcow2_hostio *io);
   void (*close) (struct qcow2_hostio *io);
@@ -37,11 +33,8 @@ struct qcow2_hostio
 /* Over a file descriptor; closes it on close when 'own_fd'. */
 extern struct qcow2_hostio *qcow2_hostio_fd (int fd, bool own_fd);
 
-/* Over a memory buffer (not copied: it must outlive the hostio).  When
- * 'writable' is false, pwrite fails with -EROFS.
- */
-extern struct qcow2_hostio *qcow2_hostio_mem (void *buf, size_t len,
-                                              bool writable);
+/* Over a memory buffer (not copied: it must outlive the hostio). */
+extern struct qcow2_hostio *qcow2_hostio_mem (const void *buf, size_t len);
 
 static inline void
 qcow2_hostio_close (struct qcow2_hostio *io)

@@ -27,21 +27,19 @@
 #define MAX_BACKING_NAME 1023
 #define MAX_DATA_FILE_NAME 4095
 
-/* Incompatible, compatible and autoclear feature bits. */
+/* Incompatible feature bits. */
 #define INCOMPAT_DIRTY (1ULL << 0)
 #define INCOMPAT_CORRUPT (1ULL << 1)
 #define INCOMPAT_DATA_FILE (1ULL << 2)
 #define INCOMPAT_COMPRESSION (1ULL << 3)
 #define INCOMPAT_EXTL2 (1ULL << 4)
 #define INCOMPAT_KNOWN 0x1fULL
-#define AUTOCLEAR_DATA_FILE_RAW (1ULL << 1)
 
 /* Header extension types. */
 #define EXT_END 0
 #define EXT_BACKING_FORMAT 0xe2792acaU
 #define EXT_FEATURE_NAMES 0x6803f857U
 #define EXT_BITMAPS 0x23852875U
-#define EXT_CRYPTO 0x0537be77U
 #define EXT_DATA_FILE 0x44415441U
 
 /* Table entries. */
@@ -50,7 +48,6 @@
 #define OFLAG_COPIED (1ULL << 63)
 #define OFLAG_COMPRESSED (1ULL << 62)
 #define OFLAG_ZERO 1ULL
-#define SUBCLUSTERS_PER_CLUSTER 32
 #define BITMAP_ALL_ALLOC 0xffffffffULL
 
 /* How one (sub)cluster reads, like qemu's QCOW2_SUBCLUSTER_* types. */
@@ -69,7 +66,7 @@ enum sc_type
  * (big-endian), split into shards that each have their own lock: a hit
  * takes one uncontended mutex for a few instructions, and the table is
  * then used without any lock because it holds a reference.  Loads happen
- * outside the lock.  'dirty' is for the writing support to come.
+ * outside the lock.
  */
 struct l2_cache;
 struct l2_ref
@@ -108,7 +105,7 @@ struct qcow2_image
   unsigned sc_bits; /* log2 of the subcluster size */
   uint64_t size;    /* virtual size of the served layer */
   unsigned refcount_order;
-  uint64_t incompat, compat, autoclear;
+  uint64_t incompat;
   unsigned compression_type; /* 0 deflate, 1 zstd */
 
   /* Compressed cluster descriptors. */
@@ -142,12 +139,10 @@ extern int qcow2_parse_header (struct qcow2_image *img,
                                const struct qcow2_open_options *opts,
                                struct qcow2_error *err);
 
-/* compress.c: decompress the cluster whose descriptor is 'l2e' into
- * 'out' (cluster_size bytes).  Uses per-thread buffers and contexts.
+/* compress.c: read 'len' bytes at 'in_cluster' of the compressed
+ * cluster whose L2 entry is 'l2e' into 'buf'.  Uses per-thread buffers
+ * and contexts.
  */
-extern int qcow2_read_compressed (struct qcow2_image *img, uint64_t l2e,
-                                  void *out, struct qcow2_error *err);
-/* Read 'len' bytes at 'in_cluster' of that cluster into 'buf'. */
 extern int qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e,
                                        void *buf, uint64_t in_cluster,
                                        size_t len, struct qcow2_error *err);

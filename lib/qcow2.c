@@ -154,12 +154,6 @@ qcow2_get_data_file (const struct qcow2_image *img)
   return img->data_file;
 }
 
-bool
-qcow2_data_file_is_raw (const struct qcow2_image *img)
-{
-  return (img->autoclear & AUTOCLEAR_DATA_FILE_RAW) != 0;
-}
-
 unsigned
 qcow2_get_l2_cache_entries (const struct qcow2_image *img)
 {

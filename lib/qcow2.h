@@ -78,7 +78,6 @@ extern bool qcow2_is_dirty (const struct qcow2_image *img);
 extern const char *qcow2_get_backing_file (const struct qcow2_image *img);
 extern const char *qcow2_get_backing_format (const struct qcow2_image *img);
 extern const char *qcow2_get_data_file (const struct qcow2_image *img);
-extern bool qcow2_data_file_is_raw (const struct qcow2_image *img);
 /* Number of L2 tables the cache holds. */
 extern unsigned qcow2_get_l2_cache_entries (const struct qcow2_image *img);
 

@@ -96,7 +96,7 @@ main (int argc, char *argv[])
     opts.l2_cache_size = strtoull (argv[3], NULL, 0);
   file = slurp (argv[1], &img_len);
   ref = slurp (argv[2], &ref_len);
-  io = qcow2_hostio_mem (file, img_len, false);
+  io = qcow2_hostio_mem (file, img_len);
   img = qcow2_open (io, &opts, &err);
   if (img == NULL)
     {
