@@ -35,12 +35,8 @@
 #define INCOMPAT_EXTL2 (1ULL << 4)
 #define INCOMPAT_KNOWN 0x1fULL
 
-/* Header extension types. */
-#define EXT_END 0
-#define EXT_BACKING_FORMAT 0xe2792acaU
-#define EXT_FEATURE_NAMES 0x6803f857U
-#define EXT_BITMAPS 0x23852875U
-#define EXT_DATA_FILE 0x44415441U
+/* Fixed part of a snapshot table entry. */
+#define SNAPSHOT_HEADER_BYTES 40
 
 /* Table entries. */
 #define L1E_OFFSET_MASK 0x00fffffffffffe00ULL
@@ -104,7 +100,6 @@ struct qcow2_image
   bool ext_l2;
   unsigned sc_bits; /* log2 of the subcluster size */
   uint64_t size;    /* virtual size of the served layer */
-  unsigned refcount_order;
   uint64_t incompat;
   unsigned compression_type; /* 0 deflate, 1 zstd */
 
@@ -134,10 +129,45 @@ struct qcow2_image
   uint64_t backing_size;
 };
 
-/* header.c */
+/* Opening: qcow2_parse_header (header.c) reads the first cluster and
+ * the fixed header, then calls the others in this order; each refuses
+ * what cannot be served with a one-line error.
+ *   features.c  header extensions, encryption and feature bits
+ *   tables.c    where the refcount, snapshot and L1 tables lie
+ *   snapshot.c  the snapshot table's true size, and the snapshot served
+ */
 extern int qcow2_parse_header (struct qcow2_image *img,
                                const struct qcow2_open_options *opts,
                                struct qcow2_error *err);
+/* A string of 'len' bytes from the header cluster, NUL-terminated and
+ * malloc'd; NULL (after setting err) if it holds a NUL byte.
+ */
+extern char *qcow2_header_string (const unsigned char *p, size_t len,
+                                  const char *what, struct qcow2_error *err);
+/* Parse the extensions in hdr[start, end), then refuse encryption,
+ * unknown or corrupt feature bits, a bad compression type, an unnamed
+ * data file and extended L2 with small clusters.
+ */
+extern int qcow2_parse_features (struct qcow2_image *img,
+                                 const unsigned char *hdr, size_t start,
+                                 size_t end, uint32_t crypt_method,
+                                 struct qcow2_error *err);
+/* A table of 'entries' entries of 'entry_bytes' at 'offset' must be
+ * within 'max_bytes', cluster-aligned, after the header and inside the
+ * file.
+ */
+extern int qcow2_check_table (struct qcow2_image *img, const char *what,
+                              uint64_t offset, uint64_t entries,
+                              uint64_t entry_bytes, uint64_t max_bytes,
+                              struct qcow2_error *err);
+extern int qcow2_check_tables (struct qcow2_image *img,
+                               uint32_t refcount_clusters,
+                               struct qcow2_error *err);
+/* Size the snapshot table; serve snapshot 'want' (ID or name) if not
+ * NULL.
+ */
+extern int qcow2_read_snapshots (struct qcow2_image *img, const char *want,
+                                 struct qcow2_error *err);
 
 /* compress.c: read 'len' bytes at 'in_cluster' of the compressed
  * cluster whose L2 entry is 'l2e' into 'buf'.  Uses per-thread buffers
@@ -146,6 +176,13 @@ extern int qcow2_parse_header (struct qcow2_image *img,
 extern int qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e,
                                        void *buf, uint64_t in_cluster,
                                        size_t len, struct qcow2_error *err);
+
+/* L1 entries a disk of 'size' bytes needs. */
+static inline uint64_t
+l1_entries_needed (const struct qcow2_image *img, uint64_t size)
+{
+  return size == 0 ? 0 : ((size - 1) >> (img->cluster_bits + img->l2_bits)) + 1;
+}
 
 /* Big-endian access to on-disk structures. */
 static inline uint16_t

@@ -71,9 +71,7 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
   /* The cache is bounded by the option, never by what the header says;
    * slots get their memory on first use.
    */
-  l1_needed = img->size == 0
-                  ? 1
-                  : ((img->size - 1) >> (img->cluster_bits + img->l2_bits)) + 1;
+  l1_needed = l1_entries_needed (img, img->size);
   cache_bytes = opts && opts->l2_cache_size ? opts->l2_cache_size
                                             : DEFAULT_L2_CACHE_BYTES;
   entries = cache_bytes >> img->cluster_bits;
