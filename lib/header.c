@@ -18,8 +18,15 @@
 
 #include "qcow2-internal.h"
 
+#define QCOW2_MAGIC 0x514649fbU /* "QFI\xfb" */
 #define V2_HEADER_BYTES 72
 #define V3_HEADER_BYTES 104
+
+bool
+qcow2_probe (const void *buf, size_t len)
+{
+  return len >= QCOW2_PROBE_BYTES && get_be32 (buf) == QCOW2_MAGIC;
+}
 
 char *
 qcow2_header_string (const unsigned char *p, size_t len, const char *what,
@@ -71,11 +78,11 @@ read_first_cluster (struct qcow2_image *img, size_t *len,
   if (img->file_size < V2_HEADER_BYTES)
     {
       /* A short file that is not qcow2 at all gets the clearer error. */
-      unsigned char m[4];
+      unsigned char m[QCOW2_PROBE_BYTES];
 
       if (img->file_size >= sizeof m
           && img->io->pread (img->io, m, sizeof m, 0) == 0
-          && get_be32 (m) != QCOW2_MAGIC)
+          && !qcow2_probe (m, sizeof m))
         bad_magic (err);
       else
         qcow2_set_error (err, EINVAL,
@@ -99,7 +106,7 @@ read_first_cluster (struct qcow2_image *img, size_t *len,
       free (hdr);
       return NULL;
     }
-  if (get_be32 (hdr) != QCOW2_MAGIC)
+  if (!qcow2_probe (hdr, *len))
     {
       bad_magic (err);
       free (hdr);

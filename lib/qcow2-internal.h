@@ -10,8 +10,6 @@
 
 #include "qcow2.h"
 
-#define QCOW2_MAGIC 0x514649fbU /* "QFI\xfb" */
-
 #define MIN_CLUSTER_BITS 9
 #define MAX_CLUSTER_BITS 21
 #define MAX_REFCOUNT_ORDER 6

@@ -58,6 +58,13 @@ struct qcow2_open_options
   const char *snapshot;
 };
 
+/* Does a file starting with these 'len' bytes claim to be qcow2?  Needs
+ * QCOW2_PROBE_BYTES to say yes.  The only test of the magic, for format
+ * detection and for the parser alike.
+ */
+#define QCOW2_PROBE_BYTES 4
+extern bool qcow2_probe (const void *buf, size_t len);
+
 struct qcow2_image;
 
 /* Parse and validate the header of the image on 'io' and prepare it for

@@ -75,7 +75,4 @@ struct format_ops {
 extern const struct format_ops raw_format;
 extern const struct format_ops qcow2_format;
 
-/* First bytes of a qcow2 file, used by format=auto. */
-#define QCOW2_MAGIC_BYTES "QFI\xfb"
-
 #endif /* NBDSTACK_IMAGE_FORMAT_H */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "format.h"
+#include "qcow2.h"
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
 
@@ -214,7 +215,7 @@ create_file (void)
 static int
 sniff_format (enum format_choice *choice)
 {
-  char magic[4];
+  char magic[QCOW2_PROBE_BYTES];
   ssize_t r;
   int fd = open (filename, O_RDONLY | O_CLOEXEC);
 
@@ -230,9 +231,7 @@ sniff_format (enum format_choice *choice)
       nbdkit_error ("%s: reading header: %m", filename);
       return -1;
     }
-  *choice = (r == sizeof magic && memcmp (magic, QCOW2_MAGIC_BYTES, 4) == 0)
-                ? FORMAT_QCOW2
-                : FORMAT_RAW;
+  *choice = qcow2_probe (magic, r) ? FORMAT_QCOW2 : FORMAT_RAW;
   return 0;
 }
 

@@ -213,15 +213,15 @@ open_file (const char *path, struct stat *st)
 static int
 sniff_qcow2 (struct qcow2_hostio *io, bool *is_qcow2)
 {
-  char magic[4];
+  char magic[QCOW2_PROBE_BYTES];
 
   *is_qcow2 = false;
-  if (io->get_size (io) >= 4)
+  if (io->get_size (io) >= (int64_t)sizeof magic)
     {
-      int r = io->pread (io, magic, 4, 0);
+      int r = io->pread (io, magic, sizeof magic, 0);
       if (r < 0)
         return r;
-      *is_qcow2 = memcmp (magic, QCOW2_MAGIC_BYTES, 4) == 0;
+      *is_qcow2 = qcow2_probe (magic, sizeof magic);
     }
   return 0;
 }
