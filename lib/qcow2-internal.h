@@ -36,24 +36,6 @@
 /* Fixed part of a snapshot table entry. */
 #define SNAPSHOT_HEADER_BYTES 40
 
-/* Table entries. */
-#define L1E_OFFSET_MASK 0x00fffffffffffe00ULL
-#define L2E_OFFSET_MASK 0x00fffffffffffe00ULL
-#define OFLAG_COPIED (1ULL << 63)
-#define OFLAG_COMPRESSED (1ULL << 62)
-#define OFLAG_ZERO 1ULL
-#define BITMAP_ALL_ALLOC 0xffffffffULL
-
-/* How one (sub)cluster reads, like qemu's QCOW2_SUBCLUSTER_* types. */
-enum sc_type
-{
-  SC_UNALLOCATED, /* goes to the backing file, or zeroes */
-  SC_ZERO_PLAIN,  /* zeroes, no host cluster */
-  SC_ZERO_ALLOC,  /* zeroes, host cluster kept */
-  SC_NORMAL,      /* data at a host offset */
-  SC_COMPRESSED,  /* the cluster is compressed */
-};
-
 /* ---- L2 cache (l2-cache.c) ----
  *
  * A fixed number of slots, each holding one L2 table as it is on disk
