@@ -15,16 +15,22 @@
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
-enum image_cache_mode { CACHE_WRITEBACK, CACHE_NONE };
-
-/* Parameters common to all formats, filled by image.c. */
-struct image_options {
-  const char *file;             /* absolute path */
-  enum image_cache_mode cache;
-  bool readonly;                /* readonly=true: never open for writing */
+enum image_cache_mode
+{
+  CACHE_WRITEBACK,
+  CACHE_NONE
 };
 
-struct format_ops {
+/* Parameters common to all formats, filled by image.c. */
+struct image_options
+{
+  const char *file; /* absolute path */
+  enum image_cache_mode cache;
+  bool readonly; /* readonly=true: never open for writing */
+};
+
+struct format_ops
+{
   const char *name;
 
   /* Optional: format-specific parameters.  Return 1 if the key was
@@ -62,13 +68,13 @@ struct format_ops {
    */
   int (*pread) (void *state, void *buf, uint32_t count, uint64_t offset,
                 uint32_t flags);
-  int (*pwrite) (void *state, const void *buf, uint32_t count,
-                 uint64_t offset, uint32_t flags);
+  int (*pwrite) (void *state, const void *buf, uint32_t count, uint64_t offset,
+                 uint32_t flags);
   int (*flush) (void *state, uint32_t flags);
   int (*trim) (void *state, uint32_t count, uint64_t offset, uint32_t flags);
   int (*zero) (void *state, uint32_t count, uint64_t offset, uint32_t flags);
-  int (*extents) (void *state, uint32_t count, uint64_t offset,
-                  uint32_t flags, struct nbdkit_extents *extents);
+  int (*extents) (void *state, uint32_t count, uint64_t offset, uint32_t flags,
+                  struct nbdkit_extents *extents);
   int (*cache) (void *state, uint32_t count, uint64_t offset, uint32_t flags);
 };
 
