@@ -2,7 +2,8 @@
  * I/O: the whole disk and random ranges read on 4 threads at once must
  * equal qemu's reading (a raw file made by qemu-img convert), and the
  * block status must tile the disk.
- *   test-qcow2-unit IMAGE.qcow2 REFERENCE.raw [L2-CACHE-BYTES]
+ *   test-qcow2-unit IMAGE.qcow2 REFERENCE.raw [L2-CACHE-BYTES [SNAPSHOT]]
+ * (L2-CACHE-BYTES 0: the default; SNAPSHOT: serve that snapshot.)
  * SPDX-License-Identifier: BSD-3-Clause
  */
 #include <config.h>
@@ -89,11 +90,15 @@ main (int argc, char *argv[])
 
   if (argc < 3)
     {
-      fprintf (stderr, "usage: %s IMAGE REFERENCE [L2-CACHE-BYTES]\n", argv[0]);
+      fprintf (stderr,
+               "usage: %s IMAGE REFERENCE [L2-CACHE-BYTES [SNAPSHOT]]\n",
+               argv[0]);
       exit (EXIT_FAILURE);
     }
   if (argc > 3)
     opts.l2_cache_size = strtoull (argv[3], NULL, 0);
+  if (argc > 4)
+    opts.snapshot = argv[4];
   file = slurp (argv[1], &img_len);
   ref = slurp (argv[2], &ref_len);
   io = qcow2_hostio_mem (file, img_len);

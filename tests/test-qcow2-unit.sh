@@ -23,3 +23,25 @@ for img in c512 zstd ext; do
   "$unit" $img.qcow2 $img.raw
   "$unit" $img.qcow2 $img.raw 1      # smallest L2 cache
 done
+
+# Snapshots after qemu rewrote the table into freed clusters (A
+# deleted), before B's L2 tables and data; then after C is taken, when
+# the table moves to the end.
+"$QEMU_IMG" create -q -f qcow2 -o cluster_size=512 snap.qcow2 3M
+"$QEMU_IO" -f qcow2 -c 'write -P 1 0 100k' snap.qcow2 >/dev/null
+"$QEMU_IMG" snapshot -c A snap.qcow2
+"$QEMU_IO" -f qcow2 -c 'write -P 2 1M 300k' -c 'write -z 50k 10k' snap.qcow2 >/dev/null
+"$QEMU_IMG" snapshot -c B snap.qcow2
+"$QEMU_IMG" snapshot -d A snap.qcow2
+cp snap.qcow2 snap-del.qcow2
+"$QEMU_IO" -f qcow2 -c 'write -P 3 2M 200k' snap.qcow2 >/dev/null
+"$QEMU_IMG" snapshot -c C snap.qcow2
+"$QEMU_IO" -f qcow2 -c 'write -P 4 90k 20k' snap.qcow2 >/dev/null
+for img_snap in snap-del:B snap:B snap:C; do
+  img=${img_snap%:*} s=${img_snap#*:}
+  "$QEMU_IMG" convert -f qcow2 -l snapshot.name=$s -O raw $img.qcow2 $img-$s.raw
+  "$unit" $img.qcow2 $img-$s.raw 0 $s
+  "$unit" $img.qcow2 $img-$s.raw 1 $s
+  "$QEMU_IMG" convert -f qcow2 -O raw $img.qcow2 $img.raw
+  "$unit" $img.qcow2 $img.raw
+done
