@@ -16,6 +16,15 @@
  * After a trim the NBD protocol allows the range to read as anything the
  * server likes (old data or zeroes), so trimmed bytes are tracked and
  * accept either their old value or zero, unless --trim-reads-zero.
+ *
+ * --allow-eio is for servers with injected I/O errors: a request may
+ * fail with EIO (any other error still fails the run), and then what it
+ * covered may hold anything it could have left (a failed write: old or
+ * new bytes, so anything; a failed zero or trim: old or zero), while
+ * every byte outside it, and every byte of every request that succeeded,
+ * must still be exact.  The initial read, the final flush and the final
+ * compare are retried.  It prints how many requests failed, which the
+ * tests compare with the number of errors injected.
  */
 #include <config.h>
 
@@ -32,7 +41,7 @@
 
 #include "align.h"
 
-enum byte_state { EXACT = 0, TRIMMED = 1 };
+enum byte_state { EXACT = 0, TRIMMED = 1, UNKNOWN = 2 };
 
 struct options {
   const char *uri;
@@ -49,6 +58,7 @@ struct options {
   bool check_extents;
   bool zero_runs;
   bool unaligned;
+  bool allow_eio;
   bool no_final_flush;
   const char *dump;
   bool verbose;
@@ -75,6 +85,8 @@ static unsigned char *state;  /* enum byte_state per byte */
 
 struct counters {
   unsigned long writes, zeroes, trims, flushes, reads, fast_zero_refused;
+  /* --allow-eio: requests that failed with EIO, by kind. */
+  unsigned long eio_writes, eio_zeroes, eio_trims, eio_flushes, eio_reads;
 };
 
 struct worker {
@@ -219,6 +231,25 @@ set_state (uint64_t offset, uint32_t len, enum byte_state s)
   memset (state + offset, s, len);
 }
 
+/* "Old or zero": bytes whose old value is not known stay unknown. */
+static void
+set_trimmed (uint64_t offset, uint32_t len)
+{
+  for (uint32_t i = 0; i < len; ++i)
+    if (state[offset + i] == EXACT)
+      state[offset + i] = TRIMMED;
+}
+
+/* --allow-eio: did the last request fail with an error we accept? */
+static bool
+allowed_error (void)
+{
+  return opt.allow_eio && nbd_get_errno () == EIO;
+}
+
+/* Retries of the main connection's reads and flush under --allow-eio. */
+static unsigned long main_eio;
+
 static int
 nbd_fail (struct worker *w, const char *what, uint64_t offset, uint32_t len)
 {
@@ -243,6 +274,8 @@ check_bytes (unsigned id, const unsigned char *got, uint64_t offset,
     if (got[i] == want)
       continue;
     if (state[o] == TRIMMED && got[i] == 0)
+      continue;
+    if (state[o] == UNKNOWN)
       continue;
     fprintf (stderr,
              "randops: conn %u: %s: mismatch at offset %" PRIu64
@@ -274,8 +307,13 @@ do_one_op (struct worker *w, unsigned char *buf)
     if (opt.verbose)
       fprintf (stderr, "conn %u: write %" PRIu64 "+%" PRIu32 " fua=%d\n",
                w->id, offset, len, !!flags);
-    if (nbd_pwrite (w->nbd, buf, len, offset, flags) == -1)
-      return nbd_fail (w, "write", offset, len);
+    if (nbd_pwrite (w->nbd, buf, len, offset, flags) == -1) {
+      if (!allowed_error ())
+        return nbd_fail (w, "write", offset, len);
+      set_state (offset, len, UNKNOWN);
+      w->n.eio_writes++;
+      return 0;
+    }
     memcpy (ref + offset, buf, len);
     set_state (offset, len, EXACT);
     w->n.writes++;
@@ -302,7 +340,12 @@ do_one_op (struct worker *w, unsigned char *buf)
         w->n.fast_zero_refused++;
         return 0;
       }
-      return nbd_fail (w, "zero", offset, len);
+      if (!allowed_error ())
+        return nbd_fail (w, "zero", offset, len);
+      /* Each byte was zeroed or not: old or zero, like a trim. */
+      set_trimmed (offset, len);
+      w->n.eio_zeroes++;
+      return 0;
     }
     memset (ref + offset, 0, len);
     set_state (offset, len, EXACT);
@@ -315,33 +358,46 @@ do_one_op (struct worker *w, unsigned char *buf)
     if (opt.verbose)
       fprintf (stderr, "conn %u: trim %" PRIu64 "+%" PRIu32 "\n",
                w->id, offset, len);
-    if (nbd_trim (w->nbd, len, offset, flags) == -1)
-      return nbd_fail (w, "trim", offset, len);
+    if (nbd_trim (w->nbd, len, offset, flags) == -1) {
+      if (!allowed_error ())
+        return nbd_fail (w, "trim", offset, len);
+      set_trimmed (offset, len);
+      w->n.eio_trims++;
+      return 0;
+    }
     if (opt.trim_reads_zero) {
       memset (ref + offset, 0, len);
       set_state (offset, len, EXACT);
     }
     else
-      set_state (offset, len, TRIMMED);
+      set_trimmed (offset, len);
     w->n.trims++;
   }
   else if (kind < 80 && w->can_flush) {  /* flush */
-    if (nbd_flush (w->nbd, 0) == -1)
-      return nbd_fail (w, "flush", 0, 0);
+    if (nbd_flush (w->nbd, 0) == -1) {
+      if (!allowed_error ())
+        return nbd_fail (w, "flush", 0, 0);
+      w->n.eio_flushes++;
+      return 0;
+    }
     w->n.flushes++;
   }
   else if (opt.use_read) {               /* verifying read */
-    if (nbd_pread (w->nbd, buf, len, offset, 0) == -1)
-      return nbd_fail (w, "read", offset, len);
+    if (nbd_pread (w->nbd, buf, len, offset, 0) == -1) {
+      if (!allowed_error ())
+        return nbd_fail (w, "read", offset, len);
+      w->n.eio_reads++;
+      return 0;
+    }
     if (check_bytes (w->id, buf, offset, len, "read during run") == -1) {
       w->failed = 1;
       return -1;
     }
-    /* Pin trimmed bytes to what was read: the server must now keep
-     * returning the same thing until the next write.
+    /* Pin trimmed (and unknown) bytes to what was read: the server must
+     * now keep returning the same thing until the next write.
      */
     for (uint32_t i = 0; i < len; ++i)
-      if (state[offset + i] == TRIMMED) {
+      if (state[offset + i] != EXACT) {
         ref[offset + i] = buf[i];
         state[offset + i] = EXACT;
       }
@@ -460,6 +516,37 @@ check_extents (struct nbd_handle *nbd)
   return c.failed ? -1 : 0;
 }
 
+/* The main connection's reads and flush: under --allow-eio, retry an
+ * injected EIO (it is random, so a retry gets through), counting it.
+ */
+#define MAIN_RETRIES 1000
+
+static int
+main_pread (struct nbd_handle *nbd, void *buf, uint32_t n, uint64_t o)
+{
+  for (unsigned i = 0; i < MAIN_RETRIES; ++i) {
+    if (nbd_pread (nbd, buf, n, o, 0) == 0)
+      return 0;
+    if (!allowed_error ())
+      return -1;
+    main_eio++;
+  }
+  return -1;
+}
+
+static int
+main_flush (struct nbd_handle *nbd)
+{
+  for (unsigned i = 0; i < MAIN_RETRIES; ++i) {
+    if (nbd_flush (nbd, 0) == 0)
+      return 0;
+    if (!allowed_error ())
+      return -1;
+    main_eio++;
+  }
+  return -1;
+}
+
 static int
 final_compare (struct nbd_handle *nbd)
 {
@@ -473,7 +560,7 @@ final_compare (struct nbd_handle *nbd)
   }
   for (uint64_t o = opt.range_start; o < end; o += chunk) {
     uint32_t n = MIN ((uint64_t) chunk, end - o);
-    if (nbd_pread (nbd, buf, n, o, 0) == -1) {
+    if (main_pread (nbd, buf, n, o) == -1) {
       fprintf (stderr, "randops: final read at %" PRIu64 ": %s\n", o,
                nbd_get_error ());
       free (buf);
@@ -534,6 +621,9 @@ usage (FILE *fp)
 "      --zero-runs         written data holds runs of zeroes, like disk images\n"
 "      --unaligned         ignore the export's minimum block size (libnbd\n"
 "                          strict alignment off), to test bounce paths\n"
+"      --allow-eio         requests may fail with EIO (injected faults);\n"
+"                          what a failed one touched may then read as\n"
+"                          anything it could have left; print the count\n"
 "  -v, --verbose           print every operation\n");
 }
 
@@ -567,7 +657,7 @@ main (int argc, char *argv[])
   enum { OPT_RANGE = 256, OPT_MAX_LEN, OPT_ALIGN, OPT_INTERLEAVE, OPT_STRIPE,
          OPT_NO_ZERO, OPT_NO_TRIM, OPT_NO_FLUSH, OPT_NO_FUA, OPT_NO_FAST_ZERO,
          OPT_NO_READ, OPT_TRIM_ZERO, OPT_CHECK_EXTENTS, OPT_NO_FINAL_FLUSH,
-         OPT_DUMP, OPT_ZERO_RUNS, OPT_UNALIGNED };
+         OPT_DUMP, OPT_ZERO_RUNS, OPT_UNALIGNED, OPT_ALLOW_EIO };
   static const struct option longopts[] = {
     { "connections", required_argument, NULL, 'c' },
     { "ops", required_argument, NULL, 'n' },
@@ -589,6 +679,7 @@ main (int argc, char *argv[])
     { "dump", required_argument, NULL, OPT_DUMP },
     { "zero-runs", no_argument, NULL, OPT_ZERO_RUNS },
     { "unaligned", no_argument, NULL, OPT_UNALIGNED },
+    { "allow-eio", no_argument, NULL, OPT_ALLOW_EIO },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { NULL },
@@ -631,6 +722,7 @@ main (int argc, char *argv[])
     case OPT_DUMP: opt.dump = optarg; break;
     case OPT_ZERO_RUNS: opt.zero_runs = true; break;
     case OPT_UNALIGNED: opt.unaligned = true; break;
+    case OPT_ALLOW_EIO: opt.allow_eio = true; break;
     default: usage (stderr); exit (2);
     }
   }
@@ -670,7 +762,7 @@ main (int argc, char *argv[])
   /* Start from what the export holds now. */
   for (int64_t o = 0; o < export_size; o += 32 << 20) {
     uint32_t n = MIN ((int64_t) 32 << 20, export_size - o);
-    if (nbd_pread (main_nbd, ref + o, n, o, 0) == -1) {
+    if (main_pread (main_nbd, ref + o, n, o) == -1) {
       fprintf (stderr, "randops: initial read: %s\n", nbd_get_error ());
       exit (1);
     }
@@ -708,10 +800,15 @@ main (int argc, char *argv[])
     total.flushes += workers[i].n.flushes;
     total.reads += workers[i].n.reads;
     total.fast_zero_refused += workers[i].n.fast_zero_refused;
+    total.eio_writes += workers[i].n.eio_writes;
+    total.eio_zeroes += workers[i].n.eio_zeroes;
+    total.eio_trims += workers[i].n.eio_trims;
+    total.eio_flushes += workers[i].n.eio_flushes;
+    total.eio_reads += workers[i].n.eio_reads;
   }
 
   if (!failed && !opt.no_final_flush && nbd_can_flush (main_nbd) == 1
-      && nbd_flush (main_nbd, 0) == -1) {
+      && main_flush (main_nbd) == -1) {
     fprintf (stderr, "randops: final flush: %s\n", nbd_get_error ());
     failed = 1;
   }
@@ -735,6 +832,14 @@ main (int argc, char *argv[])
           failed ? "FAILED" : "OK", opt.connections, total.writes,
           total.zeroes, total.fast_zero_refused, total.trims, total.flushes,
           total.reads, opt.seed);
+  if (opt.allow_eio)
+    printf ("randops: %lu requests failed with EIO (%lu writes, %lu zeroes, "
+            "%lu trims, %lu flushes, %lu reads, %lu retried by the main "
+            "connection)\n",
+            total.eio_writes + total.eio_zeroes + total.eio_trims
+            + total.eio_flushes + total.eio_reads + main_eio,
+            total.eio_writes, total.eio_zeroes, total.eio_trims,
+            total.eio_flushes, total.eio_reads, main_eio);
   free (workers);
   free (ref);
   free (state);
