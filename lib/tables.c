@@ -61,9 +61,6 @@ qcow2_check_tables (struct qcow2_image *img, uint32_t refcount_clusters,
 {
   uint64_t l1_needed;
 
-  /* Refcount table: not used for reading, but it is metadata that data
-   * clusters must not overlap, and qemu refuses these images too.
-   */
   if (refcount_clusters == 0)
     {
       qcow2_set_error (err, EINVAL, "image has no refcount table");
@@ -82,6 +79,9 @@ qcow2_check_tables (struct qcow2_image *img, uint32_t refcount_clusters,
                        img->nb_snapshots);
       return -1;
     }
+  /* Only the entries' fixed parts can be bounded before reading them:
+   * snapshot.c walks the table for its size.
+   */
   if (qcow2_check_table (img, "snapshot table", img->snapshots_offset,
                          img->nb_snapshots, SNAPSHOT_HEADER_BYTES,
                          MAX_SNAPSHOTS_BYTES, err)
