@@ -15,7 +15,6 @@ struct fd_io
 {
   struct qcow2_hostio io; /* must be first */
   int fd;
-  bool own_fd;
 };
 
 static int
@@ -101,13 +100,12 @@ fd_close (struct qcow2_hostio *io)
 {
   struct fd_io *f = (struct fd_io *)io;
 
-  if (f->own_fd)
-    close (f->fd);
+  close (f->fd);
   free (f);
 }
 
 struct qcow2_hostio *
-qcow2_hostio_fd (int fd, bool own_fd)
+qcow2_hostio_fd (int fd)
 {
   struct fd_io *f = calloc (1, sizeof *f);
 
@@ -118,7 +116,6 @@ qcow2_hostio_fd (int fd, bool own_fd)
   f->io.close = fd_close;
   f->io.block_status = fd_block_status;
   f->fd = fd;
-  f->own_fd = own_fd;
   return &f->io;
 }
 

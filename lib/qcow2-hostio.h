@@ -30,8 +30,8 @@ struct qcow2_hostio
                        uint64_t *len, bool *hole);
 };
 
-/* Over a file descriptor; closes it on close when 'own_fd'. */
-extern struct qcow2_hostio *qcow2_hostio_fd (int fd, bool own_fd);
+/* Over a file descriptor, which it then owns (closes on close). */
+extern struct qcow2_hostio *qcow2_hostio_fd (int fd);
 
 /* Over a memory buffer (not copied: it must outlive the hostio). */
 extern struct qcow2_hostio *qcow2_hostio_mem (const void *buf, size_t len);

@@ -200,7 +200,7 @@ open_file (const char *path, struct stat *st)
       close (fd);
       return NULL;
     }
-  io = qcow2_hostio_fd (fd, true);
+  io = qcow2_hostio_fd (fd);
   if (io == NULL)
     {
       nbdkit_error ("out of memory");
