@@ -34,8 +34,10 @@ bad "readonly=maybe: expected true or false" file="$img" readonly=maybe
 bad "create=maybe: expected true, false or force" file="$img" create=maybe size=1M
 bad "create=true needs size=SIZE" file="$T/new.img" create=true
 bad "size=SIZE is only used with create=true" file="$img" size=1M
-bad "could not parse size string (abc)" file="$T/new.img" create=true size=abc
-bad "size cannot be negative (-5)" file="$T/new.img" create=true size=-5
+bad "size=abc: expected a size such as 4096, 64K or 1M" \
+  file="$T/new.img" create=true size=abc
+bad "size=-5: expected a size such as 4096, 64K or 1M" \
+  file="$T/new.img" create=true size=-5
 bad "unknown parameter 'foo'" file="$img" foo=bar
 bad "$T/nodir/new.img: cannot create: No such file or directory" \
   file="$T/nodir/new.img" create=true size=1M

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "format.h"
+#include "parse-size-param.h"
 #include "qcow2.h"
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
@@ -133,7 +134,7 @@ image_config (const char *key, const char *value)
     }
   if (strcmp (key, "size") == 0)
     {
-      create_size = nbdkit_parse_size (value);
+      create_size = parse_size_param (key, value);
       if (create_size == -1)
         return -1;
       return 0;
