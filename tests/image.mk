@@ -11,6 +11,7 @@ IMAGE_TESTS = \
 	test-image-fast-zero.sh \
 	test-image-loop.sh \
 	test-image-strict.sh \
+	test-image-faults.sh \
 	test-image-upload.sh
 TESTS += $(IMAGE_TESTS)
 EXTRA_DIST += $(IMAGE_TESTS)
