@@ -13,8 +13,8 @@ shift || true
 # Everything the build, `make check` and the scripts run, so that a fresh
 # Debian passes the test suite: besides the build tools and the NBD peers,
 # python3 (tests run /usr/bin/python3), strace (test-image-fua),
-# time (/usr/bin/time, test-coalesce-randops), util-linux (setpriv, flock),
-# mount (losetup, test-image-loop) and e2fsprogs (filefrag, chattr).
+# time (/usr/bin/time, test-coalesce-randops), util-linux (setpriv, flock,
+# blockdev), mount (losetup) and e2fsprogs (filefrag, chattr).
 packages=(
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd python3
   qemu-utils zlib1g-dev libzstd-dev autoconf automake libtool pkg-config
