@@ -7,6 +7,15 @@ COALESCE_TESTS = \
 	test-coalesce-memory.sh \
 	test-coalesce-log.sh \
 	test-coalesce-overlap.sh \
-	test-coalesce-serialized.sh
+	test-coalesce-serialized.sh \
+	test-coalesce-kill.sh \
+	test-coalesce-flush-race.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)
+
+# The concurrency and durability stress client (see stress.c).
+check_PROGRAMS += stress
+stress_SOURCES = stress.c
+stress_CFLAGS = $(TESTS_CFLAGS_COMMON)
+stress_LDADD = $(TESTS_LDADD_COMMON)
+stress_LDFLAGS = $(TESTS_LDFLAGS_COMMON)
