@@ -8,7 +8,11 @@
 #  - a buffered write later covered by a zero is never written;
 #  - FUA writes the buffer and flushes before answering, and a FUA
 #    write with nothing older to flush goes down as one FUA write;
-#  - writethrough (second server) still merges concurrent writes.
+#  - writethrough (second server) still merges concurrent writes;
+#  - with the default eight writers, 2000 scattered 64K writes and a
+#    flush reach the plugin as whole pieces of coalesce-max-write, each
+#    byte written once; the order is ascending up to swapped neighbours
+#    (counted and printed, not asserted: the writers run in parallel).
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdsh
@@ -95,4 +99,42 @@ stop_nbdkit wt
 n=$(requests "$T/wt-requests.log" | grep -c '^Write')
 echo "writethrough: 256 client writes became $n plugin writes"
 [ "$n" -lt 128 ] || fail "writethrough did not merge concurrent writes ($n)"
+start_nbdkit par --filter="$CO" --filter=log memory 128M \
+  logfile="$T/par-requests.log" coalesce-delay=600000 coalesce-size=512M \
+  coalesce-hugepages=false
+URI="$(uri par)" nbdsh -c - <<'PY' || fail "nbdsh failed"
+import os, random
+h = nbd.NBD(); h.connect_uri(os.environ["URI"])
+blocks = list(range(2000))
+random.Random(1).shuffle(blocks)
+data = os.urandom(65536)
+for b in blocks:
+    h.aio_pwrite(data, b * 65536)
+    while h.aio_in_flight() >= 16:
+        h.poll(-1)
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+h.flush()
+PY
+stop_nbdkit par
+log_requests "$T/par-requests.log" >"$T/par.got"
+python3 - "$T/par.got" <<'PY' || fail "default writers: wrong pieces at the plugin"
+import sys
+writes = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "Write":
+        kv = dict(x.split("=") for x in f[1:])
+        writes.append((int(kv["offset"], 16), int(kv["count"], 16)))
+    elif f[0] == "Flush":
+        break
+end = 2000 * 65536
+pieces = sorted(writes)
+# Whole 4M pieces, ascending from 0, each byte once, nothing else.
+want = [(o, min(4 << 20, end - o)) for o in range(0, end, 4 << 20)]
+assert pieces == want, "pieces %r... want %r..." % (pieces[:4], want[:4])
+swapped = sum(1 for a, b in zip(writes, writes[1:]) if b[0] < a[0])
+print("default writers: %d pieces of 4M, %d arrived before their "
+      "predecessor" % (len(writes), swapped))
+PY
 echo "coalesce log: OK"
