@@ -1,12 +1,15 @@
 /* nbdstack bench: queue-depth-1 sequential writes over NBD.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- *   smallwrites [-n COUNT] [-s SIZE] [-o OFFSET] [-p PASSES] [--fua] URI
+ *   smallwrites [-n COUNT] [-s SIZE] [-o OFFSET] [-p PASSES]
+ *               [--fua | --flush-each] URI
  *
  * Writes COUNT x SIZE bytes sequentially from OFFSET, one request in
  * flight at a time (the `dd oflag=direct` pattern), then sends one
  * flush; with --fua every write carries FUA and no flush is sent (the
- * `dd oflag=dsync` pattern).  A SIZE above what the server accepts in
+ * `dd oflag=dsync` pattern); with --flush-each every write is followed
+ * by a flush (what a guest's O_DSYNC writes become through a client that
+ * does not use FUA).  A SIZE above what the server accepts in
  * one request is sent as consecutive requests of the largest size it
  * allows (32M if it does not say), still one at a time, like dd with a
  * huge bs.  The whole sequence runs PASSES times over the same range
@@ -58,7 +61,7 @@ static void
 usage (FILE *f)
 {
   fprintf (f, "usage: smallwrites [-n COUNT] [-s SIZE] [-o OFFSET] "
-              "[-p PASSES] [--fua] URI\n");
+              "[-p PASSES] [--fua | --flush-each] URI\n");
 }
 
 static uint64_t
@@ -105,15 +108,17 @@ main (int argc, char *argv[])
 {
   enum
   {
-    OPT_FUA = 256
+    OPT_FUA = 256,
+    OPT_FLUSH_EACH
   };
   static const struct option longopts[]
       = { { "fua", no_argument, NULL, OPT_FUA },
+          { "flush-each", no_argument, NULL, OPT_FLUSH_EACH },
           { "help", no_argument, NULL, 'h' },
           { NULL } };
   uint64_t count = 1000, size = 512, offset = 0;
   unsigned passes = 5, p;
-  bool fua = false;
+  bool fua = false, flush_each = false;
   struct nbd_handle *h;
   int64_t maxreq, exportsize;
   char *buf;
@@ -139,6 +144,9 @@ main (int argc, char *argv[])
         case OPT_FUA:
           fua = true;
           break;
+        case OPT_FLUSH_EACH:
+          flush_each = true;
+          break;
         case 'h':
           usage (stdout);
           exit (EXIT_SUCCESS);
@@ -147,7 +155,8 @@ main (int argc, char *argv[])
           exit (EXIT_FAILURE);
         }
     }
-  if (optind != argc - 1 || count == 0 || size == 0 || passes == 0)
+  if (optind != argc - 1 || count == 0 || size == 0 || passes == 0
+      || (fua && flush_each))
     {
       usage (stderr);
       exit (EXIT_FAILURE);
@@ -212,6 +221,11 @@ main (int argc, char *argv[])
               off += n;
               left -= n;
               reqs++;
+            }
+          if (flush_each && nbd_flush (h, 0) == -1)
+            {
+              fprintf (stderr, "smallwrites: %s\n", nbd_get_error ());
+              exit (EXIT_FAILURE);
             }
         }
       t1 = now_s ();

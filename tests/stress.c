@@ -205,7 +205,7 @@ pick_range (struct conn *c, uint64_t *off, uint32_t *len)
       *len = hi - lo;
       break;
     default: /* short */
-      *len = 1 + rnd_below (&c->rng, MIN (hi - lo, 5000));
+      *len = 1 + rnd_below (&c->rng, MIN (hi - lo, (uint64_t)5000));
       *off = lo + rnd_below (&c->rng, hi - lo - *len + 1);
       break;
     }
@@ -606,7 +606,8 @@ fill_through_nbd (void)
   uint64_t off;
 
   for (off = 0; off < size; off += 1 << 20)
-    if (nbd_pwrite (h, init_data + off, MIN (size - off, 1 << 20), off, 0)
+    if (nbd_pwrite (h, init_data + off, MIN (size - off, (uint64_t)1 << 20),
+                    off, 0)
         == -1)
       {
         fprintf (stderr, "stress: initial write: %s\n", nbd_get_error ());
@@ -868,7 +869,8 @@ run_once (unsigned run)
           failures++;
         }
       for (b = 0; b < size; b += 1 << 20)
-        if (nbd_pread (h, got + b, MIN (size - b, 1 << 20), b, 0) == -1)
+        if (nbd_pread (h, got + b, MIN (size - b, (uint64_t)1 << 20), b, 0)
+            == -1)
           {
             fprintf (stderr, "stress: final read: %s\n", nbd_get_error ());
             exit (EXIT_FAILURE);

@@ -56,26 +56,57 @@ removed_since (uint64_t gen, uint64_t a, uint64_t b)
   return false;
 }
 
-/* Give back the pages of interval idx that no neighbour shares, then
- * drop the interval.  Readers are told through the removal log.
+/* madvise(MADV_DONTNEED) the pages of [lo, hi) (page-aligned) that no
+ * buffered interval touches.
+ */
+static void
+release_unused_pages (uint64_t lo, uint64_t hi)
+{
+  const struct ivset *set = &co.set;
+  const uint64_t pg = set->page_size;
+  size_t i = ivset_find (set, lo > pg ? lo - pg : 0);
+
+  for (; lo < hi; ++i)
+    {
+      uint64_t busy_lo = hi, busy_hi = hi;
+      if (i < set->len && ROUND_DOWN (set->v[i].start, pg) < hi)
+        {
+          busy_lo = MAX (ROUND_DOWN (set->v[i].start, pg), lo);
+          busy_hi = MIN (ROUND_UP (set->v[i].end, pg), hi);
+        }
+      else
+        i = set->len;
+      if (lo < busy_lo)
+        madvise (co.map + lo, busy_lo - lo, MADV_DONTNEED);
+      lo = MAX (lo, busy_hi);
+      if (i == set->len)
+        break;
+    }
+}
+
+/* Drop interval idx and give back its pages, except the most recently
+ * freed range, which stays resident until another range is freed:
+ * a client writing small pieces at queue depth one with a flush after
+ * each would otherwise fault in (and the kernel zero) a fresh page,
+ * 2M with huge pages, for every write.  Readers are told through the
+ * removal log.
  */
 void
 buffer_release_and_remove (size_t idx)
 {
-  struct ivset *set = &co.set;
-  const uint64_t pg = set->page_size;
-  uint64_t a = set->v[idx].start, b = set->v[idx].end;
-  uint64_t lo = ROUND_DOWN (a, pg), hi = ROUND_UP (b, pg);
-
-  if (idx > 0 && set->v[idx - 1].end > lo)
-    lo = ROUND_UP (a, pg);
-  if (idx + 1 < set->len && set->v[idx + 1].start < hi)
-    hi = ROUND_DOWN (b, pg);
-  if (lo < hi)
-    madvise (co.map + lo, hi - lo, MADV_DONTNEED);
+  const uint64_t pg = co.set.page_size;
+  const uint64_t a = co.set.v[idx].start, b = co.set.v[idx].end;
+  const uint64_t lo = ROUND_DOWN (a, pg), hi = ROUND_UP (b, pg);
 
   buffer_log_removal (a, b);
-  ivset_remove (set, idx);
+  ivset_remove (&co.set, idx);
+  if (lo < co.kept_lo || hi > co.kept_hi)
+    {
+      if (co.kept_lo < co.kept_hi)
+        release_unused_pages (co.kept_lo, co.kept_hi);
+      co.kept_lo = lo;
+      co.kept_hi = hi;
+    }
   pthread_cond_broadcast (&co.changed);
 }
 

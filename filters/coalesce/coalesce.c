@@ -33,6 +33,12 @@
 
 #define HUGE_PAGE (2 * 1024 * 1024)
 
+/* qemu-img convert writes up to 2M at a time: in order, such writes go
+ * down as they are (see coalesce_pwrite).  nbdcopy's 256K requests,
+ * which arrive interleaved from several connections, stay buffered.
+ */
+#define IN_ORDER_DIRECT_MIN (1024 * 1024)
+
 NBDKIT_DLL_PUBLIC int coalesce_debug_verbose = 0;
 
 struct coalesce co = {
@@ -397,6 +403,7 @@ coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
 {
   const bool fua = flags & NBDKIT_FLAG_FUA;
   uint64_t since_gen = SINCE_NOW;
+  bool in_order;
 
   if (co.map == NULL)
     {
@@ -407,13 +414,18 @@ coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
   if (fua && fua_alone_suffices ())
     return buffer_direct (OP_WRITE, buf, count, offset, NBDKIT_FLAG_FUA, err);
 
-  /* A write that is already as large as a merged write would be gains
-   * nothing from the buffer but would pay for a copy and page faults,
-   * and one that could not fit next to anything else must not wait
-   * for the whole buffer: both go straight down (still ordered after
-   * older buffered data of the same range, see buffer_direct).
+  /* Some writes gain nothing from the buffer but would pay for a copy
+   * and page faults: one already as large as a merged write, and a
+   * large one that continues where the previous write ended (a client
+   * copying in order: the plugin sees ascending writes anyway).  One
+   * that could not fit next to anything else must not wait for the
+   * whole buffer.  All go straight down (still ordered after older
+   * buffered data of the same range, see buffer_direct).
    */
-  if (count >= co.max_write
+  in_order
+      = __atomic_exchange_n (&co.stream_end, offset + count, __ATOMIC_RELAXED)
+        == offset;
+  if (count >= co.max_write || (in_order && count >= IN_ORDER_DIRECT_MIN)
       || iv_charge (&co.set, offset, offset + count) > co.buffer_limit / 2)
     {
       if (buffer_direct (OP_WRITE, buf, count, offset, 0, err) == -1)

@@ -72,6 +72,9 @@ struct coalesce
       can_extents;
   uint64_t high_water; /* wake the writers above this charge */
 
+  /* Where the latest write received ended (atomic, a hint only). */
+  uint64_t stream_end;
+
   /* Everything below is protected by lock. */
   pthread_mutex_t lock;
   pthread_cond_t changed; /* an interval changed state or left */
@@ -97,6 +100,11 @@ struct coalesce
    */
   uint64_t wgen, flushed_gen;
   unsigned direct_inflight;
+
+  /* Pages freed last, not yet given back (see buffer_release_and_remove):
+   * resident memory is at most coalesce-size plus this range.
+   */
+  uint64_t kept_lo, kept_hi;
 
   struct
   {
