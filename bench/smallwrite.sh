@@ -10,6 +10,8 @@
 #   A  1000 x 512 B sequential writes, one flush at the end (dd oflag=direct)
 #   B  1000 x 512 B sequential writes with FUA on each   (dd oflag=dsync)
 #   C  one 100 MiB write (sent as 32M+32M+32M+4M, one at a time) + flush
+#   D  500 x 512 B sequential writes, each followed by a flush (O_DSYNC
+#      writes through a client without FUA; the loop row is dd oflag=dsync)
 # Targets: our image plugin with and without coalesce (cache=none and
 # writeback), nbdkit file (default and cache=none), nbdkit memory (the
 # NBD round-trip limit), qemu-nbd --cache=none --aio=native, and dd to a
@@ -82,6 +84,7 @@ run ()
     A) n=1000 bs=512 flags="oflag=direct conv=fsync" ;;
     B) n=1000 bs=512 flags="oflag=direct,dsync" ;;
     C) n=1 bs=100M flags="oflag=direct conv=fsync" ;;
+    D) n=500 bs=512 flags="oflag=direct,dsync" ;;
     esac
     # The source is a file read once into the page cache, so only the
     # writes are timed; seek is in units of bs.
@@ -89,7 +92,7 @@ run ()
       out=$(dd if="$W/src100" of="$loopdev" bs=100M count=1 \
               seek=$((r + 1)) $flags 2>&1)
     else
-      out=$(dd if="$W/src512k" of="$loopdev" bs=512 count=1000 \
+      out=$(dd if="$W/src512k" of="$loopdev" bs=512 count="$n" \
               seek=$((off / 512)) $flags 2>&1)
     fi
     bytes=$(echo "$out" | sed -n -E 's/^([0-9]+) bytes.*/\1/p')
@@ -103,6 +106,7 @@ run ()
   A) args=(-n 1000 -s 512 -p 5) ;;
   B) args=(-n 1000 -s 512 -p 3 --fua) ;;
   C) args=(-n 1 -s 100M -p 3) ;;
+  D) args=(-n 500 -s 512 -p 3 --flush-each) ;;
   esac
   "$SW" "${args[@]}" -o $off "nbd+unix:///?socket=$W/$t.sock" |
     sed -n -E 's/^RESULT mb_s=([0-9.]+) lat_us=([0-9.]+).*/\1 \2/p'
@@ -112,7 +116,7 @@ head -c 100M /dev/urandom >"$W/src100"
 head -c 512000 /dev/urandom >"$W/src512k"
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), rounds=$ROUNDS"
 for ((r = 0; r < ROUNDS; r++)); do
-  for c in A B C; do
+  for c in A B C D; do
     for t in "${targets[@]}"; do
       echo "$c $t $r $(run "$t" "$c" "$r")"
     done
@@ -126,11 +130,12 @@ median ()  # median of stdin numbers
 }
 get () { awk -v c="$1" -v t="$2" -v f="$3" '$1 == c && $2 == t { print $f }' "$W/raw" | median; }
 
-printf "\n%-10s | %-22s | %-22s | %-10s\n" target "A 512B QD1 +flush" "B 512B QD1 FUA" "C 100M +flush"
-printf "%-10s | %-22s | %-22s | %-10s\n" "" "MB/s (us/write)" "MB/s (us/write)" "MB/s"
+printf "\n%-10s | %-22s | %-22s | %-10s | %-22s\n" target "A 512B QD1 +flush" "B 512B QD1 FUA" "C 100M +flush" "D 512B QD1 flush each"
+printf "%-10s | %-22s | %-22s | %-10s | %-22s\n" "" "MB/s (us/write)" "MB/s (us/write)" "MB/s" "MB/s (us/write)"
 for t in "${targets[@]}"; do
-  printf "%-10s | %8s (%8s)    | %8s (%8s)    | %8s\n" "$t" \
-    "$(get A $t 4)" "$(get A $t 5)" "$(get B $t 4)" "$(get B $t 5)" "$(get C $t 4)"
+  printf "%-10s | %8s (%8s)    | %8s (%8s)    | %8s   | %8s (%8s)\n" "$t" \
+    "$(get A $t 4)" "$(get A $t 5)" "$(get B $t 4)" "$(get B $t 5)" "$(get C $t 4)" \
+    "$(get D $t 4)" "$(get D $t 5)"
 done
 ratio () { awk -v a="$(get "$1" "$2" 4)" -v b="$(get "$1" "$3" 4)" 'BEGIN { printf "%.2f", a / b }'; }
 echo
@@ -139,3 +144,5 @@ echo "A: ic-none / memory    = $(ratio A ic-none memory)  (target >= 0.9)"
 echo "B: ic-none / i-none    = $(ratio B ic-none i-none)  (target >= 1, no slower)"
 echo "C: ic-none / i-none    = $(ratio C ic-none i-none)"
 echo "A: ic-wb / i-wb        = $(ratio A ic-wb i-wb)"
+echo "D: ic-wb / i-wb        = $(ratio D ic-wb i-wb)  (target >= 0.91: within 1.1x)"
+echo "D: ic-none / i-none    = $(ratio D ic-none i-none)  (target >= 0.91: within 1.1x)"
