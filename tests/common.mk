@@ -1,0 +1,39 @@
+# Unit tests of the helpers in common/: one plain C program per header,
+# no server needed (the parsers' nbdkit calls are stubbed in the test).
+COMMON_TESTS = \
+	test-common-align \
+	test-common-unique-name
+TESTS += $(COMMON_TESTS)
+check_PROGRAMS += $(COMMON_TESTS)
+
+UNIT_CFLAGS_COMMON = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS) \
+	-I$(top_srcdir)/common
+UNIT_LDFLAGS_COMMON = $(SANITIZER_CFLAGS)
+
+test_common_align_SOURCES = test-common-align.c
+test_common_align_CFLAGS = $(UNIT_CFLAGS_COMMON)
+test_common_align_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+
+test_common_unique_name_SOURCES = test-common-unique-name.c
+test_common_unique_name_CFLAGS = $(UNIT_CFLAGS_COMMON)
+test_common_unique_name_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+
+# align.h refuses a constant alignment that is not a power of 2 at
+# compile time: each such use in test-common-align.c (ALIGN_BAD_CONSTANT)
+# must fail to compile, and for that reason, or make check stops here.
+check_DATA += test-common-align-static.stamp
+CLEANFILES += test-common-align-static.stamp test-common-align-static.stamp.err
+test-common-align-static.stamp: test-common-align.c $(top_srcdir)/common/align.h
+	$(AM_V_GEN)for n in 1 2 3; do \
+	  if $(CC) $(DEFS) $(DEFAULT_INCLUDES) -I$(top_srcdir)/common \
+	       $(WARNINGS_CFLAGS) -DALIGN_BAD_CONSTANT=$$n -fsyntax-only \
+	       $(srcdir)/test-common-align.c >$@.err 2>&1 || \
+	     ! grep -q 'alignment must be a power of 2' $@.err; then \
+	    echo "test-common-align.c: ALIGN_BAD_CONSTANT=$$n was not refused" \
+	      "by the static check:" >&2; \
+	    cat $@.err >&2; \
+	    exit 1; \
+	  fi; \
+	done; \
+	rm -f $@.err; \
+	touch $@
