@@ -8,17 +8,5 @@
 void
 cleanup_free (void *ptr)
 {
-  free (*(void **) ptr);
-}
-
-void
-cleanup_mutex_unlock (pthread_mutex_t **ptr)
-{
-  pthread_mutex_unlock (*ptr);
-}
-
-void
-cleanup_rwlock_unlock (pthread_rwlock_t **ptr)
-{
-  pthread_rwlock_unlock (*ptr);
+  free (*(void **)ptr);
 }

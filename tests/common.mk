@@ -2,6 +2,7 @@
 # no server needed (the parsers' nbdkit calls are stubbed in the test).
 COMMON_TESTS = \
 	test-common-align \
+	test-common-cleanup \
 	test-common-unique-name
 TESTS += $(COMMON_TESTS)
 check_PROGRAMS += $(COMMON_TESTS)
@@ -13,6 +14,11 @@ UNIT_LDFLAGS_COMMON = $(SANITIZER_CFLAGS)
 test_common_align_SOURCES = test-common-align.c
 test_common_align_CFLAGS = $(UNIT_CFLAGS_COMMON)
 test_common_align_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+
+test_common_cleanup_SOURCES = test-common-cleanup.c
+test_common_cleanup_CFLAGS = $(UNIT_CFLAGS_COMMON)
+test_common_cleanup_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+test_common_cleanup_LDADD = $(top_builddir)/common/libcommon.la
 
 test_common_unique_name_SOURCES = test-common-unique-name.c
 test_common_unique_name_CFLAGS = $(UNIT_CFLAGS_COMMON)
