@@ -3,6 +3,9 @@
 COMMON_TESTS = \
 	test-common-align \
 	test-common-cleanup \
+	test-common-is-zero \
+	test-common-parse-size-param \
+	test-common-stat-counter \
 	test-common-unique-name
 TESTS += $(COMMON_TESTS)
 check_PROGRAMS += $(COMMON_TESTS)
@@ -19,6 +22,19 @@ test_common_cleanup_SOURCES = test-common-cleanup.c
 test_common_cleanup_CFLAGS = $(UNIT_CFLAGS_COMMON)
 test_common_cleanup_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
 test_common_cleanup_LDADD = $(top_builddir)/common/libcommon.la
+
+test_common_is_zero_SOURCES = test-common-is-zero.c
+test_common_is_zero_CFLAGS = $(UNIT_CFLAGS_COMMON)
+test_common_is_zero_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+
+test_common_parse_size_param_SOURCES = test-common-parse-size-param.c
+test_common_parse_size_param_CFLAGS = $(UNIT_CFLAGS_COMMON) $(NBDKIT_CFLAGS)
+test_common_parse_size_param_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+
+test_common_stat_counter_SOURCES = test-common-stat-counter.c
+test_common_stat_counter_CFLAGS = $(UNIT_CFLAGS_COMMON)
+test_common_stat_counter_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+test_common_stat_counter_LDADD = -lpthread
 
 test_common_unique_name_SOURCES = test-common-unique-name.c
 test_common_unique_name_CFLAGS = $(UNIT_CFLAGS_COMMON)
