@@ -2,8 +2,10 @@
 # no server needed (the parsers' nbdkit calls are stubbed in the test).
 COMMON_TESTS = \
 	test-common-align \
+	test-common-array-size \
 	test-common-cleanup \
 	test-common-is-zero \
+	test-common-parse-enum-param \
 	test-common-parse-size-param \
 	test-common-stat-counter \
 	test-common-unique-name
@@ -18,6 +20,10 @@ test_common_align_SOURCES = test-common-align.c
 test_common_align_CFLAGS = $(UNIT_CFLAGS_COMMON)
 test_common_align_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
 
+test_common_array_size_SOURCES = test-common-array-size.c
+test_common_array_size_CFLAGS = $(UNIT_CFLAGS_COMMON)
+test_common_array_size_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+
 test_common_cleanup_SOURCES = test-common-cleanup.c
 test_common_cleanup_CFLAGS = $(UNIT_CFLAGS_COMMON)
 test_common_cleanup_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
@@ -26,6 +32,10 @@ test_common_cleanup_LDADD = $(top_builddir)/common/libcommon.la
 test_common_is_zero_SOURCES = test-common-is-zero.c
 test_common_is_zero_CFLAGS = $(UNIT_CFLAGS_COMMON)
 test_common_is_zero_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
+
+test_common_parse_enum_param_SOURCES = test-common-parse-enum-param.c
+test_common_parse_enum_param_CFLAGS = $(UNIT_CFLAGS_COMMON) $(NBDKIT_CFLAGS)
+test_common_parse_enum_param_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
 
 test_common_parse_size_param_SOURCES = test-common-parse-size-param.c
 test_common_parse_size_param_CFLAGS = $(UNIT_CFLAGS_COMMON) $(NBDKIT_CFLAGS)
