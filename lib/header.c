@@ -167,6 +167,7 @@ parse_fixed_header (struct qcow2_image *img, const unsigned char *hdr,
   if (img->version == 2)
     {
       h->length = V2_HEADER_BYTES; /* the file has that much */
+      img->refcount_order = 4;     /* v2 refcounts are 16 bits */
       return 0;
     }
   if (hdr_len < V3_HEADER_BYTES)
@@ -177,6 +178,7 @@ parse_fixed_header (struct qcow2_image *img, const unsigned char *hdr,
       return -1;
     }
   img->incompat = get_be64 (hdr + 72);
+  img->autoclear = get_be64 (hdr + 88);
   refcount_order = get_be32 (hdr + 96);
   h->length = get_be32 (hdr + 100);
   if (h->length < V3_HEADER_BYTES || h->length % 8 != 0
@@ -185,7 +187,6 @@ parse_fixed_header (struct qcow2_image *img, const unsigned char *hdr,
       qcow2_set_error (err, EINVAL, "invalid header length %zu", h->length);
       return -1;
     }
-  /* Refcounts are never read, but qemu refuses other widths too. */
   if (refcount_order > MAX_REFCOUNT_ORDER)
     {
       qcow2_set_error (err, ENOTSUP,
@@ -194,6 +195,7 @@ parse_fixed_header (struct qcow2_image *img, const unsigned char *hdr,
                        refcount_order);
       return -1;
     }
+  img->refcount_order = refcount_order;
   if (h->length > V3_HEADER_BYTES)
     img->compression_type = hdr[104];
   return 0;

@@ -1,12 +1,19 @@
-/* nbdstack qcow2 library: host I/O over a file descriptor or memory.
+/* nbdstack qcow2 library: host I/O over a file descriptor.
  * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Regular files and block devices alike: writes go through pwritev,
+ * flushes are fdatasync (the library orders metadata only by flushes),
+ * and zeroing uses fallocate, which Linux also implements for block
+ * devices (PUNCH_HOLE as discard-and-zero, ZERO_RANGE as write-zeroes).
  */
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "qcow2-hostio.h"
@@ -95,6 +102,83 @@ fd_block_status (struct qcow2_hostio *io, uint64_t offset, uint64_t max,
   return 0;
 }
 
+/* pwritev until everything is written: a short write (signal, or a
+ * filesystem splitting the request) continues where it stopped.
+ */
+static int
+fd_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
+            uint64_t offset)
+{
+  struct fd_io *f = (struct fd_io *)io;
+  struct iovec local[8];
+  struct iovec *v = local;
+  int i, r = 0;
+
+  if (iovcnt > 8)
+    {
+      v = malloc (sizeof *v * iovcnt);
+      if (v == NULL)
+        return -ENOMEM;
+    }
+  memcpy (v, iov, sizeof *v * iovcnt);
+  i = 0;
+  while (i < iovcnt)
+    {
+      ssize_t n = pwritev (f->fd, &v[i], iovcnt - i, offset);
+      if (n == -1)
+        {
+          if (errno == EINTR)
+            continue;
+          r = -errno;
+          break;
+        }
+      if (n == 0)
+        {
+          r = -ENOSPC; /* the end of a block device */
+          break;
+        }
+      offset += n;
+      while (i < iovcnt && (size_t)n >= v[i].iov_len)
+        n -= v[i++].iov_len;
+      if (i < iovcnt)
+        {
+          v[i].iov_base = (char *)v[i].iov_base + n;
+          v[i].iov_len -= n;
+        }
+    }
+  if (v != local)
+    free (v);
+  return r;
+}
+
+static int
+fd_flush (struct qcow2_hostio *io)
+{
+  struct fd_io *f = (struct fd_io *)io;
+
+  return fdatasync (f->fd) == -1 ? -errno : 0;
+}
+
+static int
+fd_zero (struct qcow2_hostio *io, uint64_t offset, uint64_t len, bool punch)
+{
+  struct fd_io *f = (struct fd_io *)io;
+  int mode = FALLOC_FL_KEEP_SIZE;
+
+  mode |= punch ? FALLOC_FL_PUNCH_HOLE : FALLOC_FL_ZERO_RANGE;
+  if (fallocate (f->fd, mode, offset, len) == 0)
+    return 0;
+  if (punch && (errno == EOPNOTSUPP || errno == ENODEV))
+    {
+      mode = FALLOC_FL_KEEP_SIZE | FALLOC_FL_ZERO_RANGE;
+      if (fallocate (f->fd, mode, offset, len) == 0)
+        return 0;
+    }
+  if (errno == EOPNOTSUPP || errno == ENODEV || errno == EINVAL)
+    return -EOPNOTSUPP; /* the caller writes zeroes */
+  return -errno;
+}
+
 static void
 fd_close (struct qcow2_hostio *io)
 {
@@ -108,6 +192,8 @@ struct qcow2_hostio *
 qcow2_hostio_fd (int fd)
 {
   struct fd_io *f = calloc (1, sizeof *f);
+  struct stat st;
+  int fl = fcntl (fd, F_GETFL);
 
   if (f == NULL)
     return NULL;
@@ -115,53 +201,13 @@ qcow2_hostio_fd (int fd)
   f->io.get_size = fd_get_size;
   f->io.close = fd_close;
   f->io.block_status = fd_block_status;
+  if (fl != -1 && (fl & O_ACCMODE) != O_RDONLY)
+    {
+      f->io.pwritev = fd_pwritev;
+      f->io.flush = fd_flush;
+      f->io.zero = fd_zero;
+    }
+  f->io.fixed_size = fstat (fd, &st) == 0 && S_ISBLK (st.st_mode);
   f->fd = fd;
   return &f->io;
-}
-
-struct mem_io
-{
-  struct qcow2_hostio io; /* must be first */
-  const unsigned char *buf;
-  size_t len;
-};
-
-static int
-mem_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
-{
-  struct mem_io *m = (struct mem_io *)io;
-
-  if (offset > m->len || count > m->len - offset)
-    return -EIO;
-  memcpy (buf, m->buf + offset, count);
-  return 0;
-}
-
-static int64_t
-mem_get_size (struct qcow2_hostio *io)
-{
-  struct mem_io *m = (struct mem_io *)io;
-
-  return m->len;
-}
-
-static void
-mem_close (struct qcow2_hostio *io)
-{
-  free (io);
-}
-
-struct qcow2_hostio *
-qcow2_hostio_mem (const void *buf, size_t len)
-{
-  struct mem_io *m = calloc (1, sizeof *m);
-
-  if (m == NULL)
-    return NULL;
-  m->io.pread = mem_pread;
-  m->io.get_size = mem_get_size;
-  m->io.close = mem_close;
-  m->buf = buf;
-  m->len = len;
-  return &m->io;
 }

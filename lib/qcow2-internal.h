@@ -81,6 +81,8 @@ struct qcow2_image
   unsigned sc_bits; /* log2 of the subcluster size */
   uint64_t size;    /* virtual size of the served layer */
   uint64_t incompat;
+  uint64_t autoclear;
+  unsigned refcount_order;
   unsigned compression_type; /* 0 deflate, 1 zstd */
 
   /* Compressed cluster descriptors. */
@@ -107,6 +109,14 @@ struct qcow2_image
   const struct qcow2_layer_ops *backing_ops;
   void *backing_opaque;
   uint64_t backing_size;
+
+  /* Writing (see lib/WRITING.md); all NULL/0 when read-only. */
+  bool writable;
+  struct refcounts *rc;
+  /* End of everything allocated, cluster-aligned: may pass file_size
+   * while a new cluster is not yet written.
+   */
+  uint64_t host_end;
 };
 
 /* Opening: qcow2_parse_header (header.c) reads the first cluster and
@@ -157,6 +167,49 @@ extern int qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e,
                                        void *buf, uint64_t in_cluster,
                                        size_t len, struct qcow2_error *err);
 
+/* open-write.c: what a writable open adds (refusals, autoclear bits,
+ * refcounts, where allocation starts); closing writes back and flushes.
+ */
+extern int qcow2_open_writable (struct qcow2_image *img,
+                                const struct qcow2_open_options *opts,
+                                struct qcow2_error *err);
+extern int qcow2_close_writable (struct qcow2_image *img,
+                                 struct qcow2_error *err);
+
+/* ---- refcounts (refcount.c) ----
+ *
+ * Not thread-safe: callers hold the image's write lock.  Functions
+ * returning int return 0 (or what they say) or -1 after setting err.
+ */
+extern int qcow2_rc_open (struct qcow2_image *img, unsigned cache_blocks,
+                          struct qcow2_error *err);
+extern void qcow2_rc_close (struct qcow2_image *img);
+extern int qcow2_rc_get (struct qcow2_image *img, uint64_t cluster,
+                         uint64_t *value, struct qcow2_error *err);
+/* Add 'delta' to a cluster's refcount, making its block if needed (and
+ * growing the table); out of range (below 0, above the width) is -1
+ * with EIO: the image is inconsistent.
+ */
+extern int qcow2_rc_update (struct qcow2_image *img, uint64_t cluster,
+                            int64_t delta, struct qcow2_error *err);
+/* Take a free cluster: 1 if its refcount was 0 and is now 1, 0 if it
+ * is in use (possibly by a refcount block just made for it).
+ */
+extern int qcow2_rc_claim (struct qcow2_image *img, uint64_t cluster,
+                           struct qcow2_error *err);
+/* Write every dirty block (no flush). */
+extern int qcow2_rc_write_dirty (struct qcow2_image *img,
+                                 struct qcow2_error *err);
+extern unsigned qcow2_rc_dirty_blocks (const struct qcow2_image *img);
+/* The highest cluster with a non-zero refcount (0 if none). */
+extern int qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
+                                  struct qcow2_error *err);
+/* Entry 'i' of a refcount block of width 2^order bits. */
+extern uint64_t qcow2_rc_entry_get (const void *block, unsigned order,
+                                    uint64_t i);
+extern void qcow2_rc_entry_set (void *block, unsigned order, uint64_t i,
+                                uint64_t v);
+
 /* L1 entries a disk of 'size' bytes needs. */
 static inline uint64_t
 l1_entries_needed (const struct qcow2_image *img, uint64_t size)
@@ -184,6 +237,31 @@ static inline uint64_t
 get_be64 (const void *p)
 {
   return (uint64_t)get_be32 (p) << 32 | get_be32 ((const char *)p + 4);
+}
+
+static inline void
+put_be16 (void *p, uint16_t v)
+{
+  unsigned char *b = p;
+  b[0] = v >> 8;
+  b[1] = v;
+}
+
+static inline void
+put_be32 (void *p, uint32_t v)
+{
+  unsigned char *b = p;
+  b[0] = v >> 24;
+  b[1] = v >> 16;
+  b[2] = v >> 8;
+  b[3] = v;
+}
+
+static inline void
+put_be64 (void *p, uint64_t v)
+{
+  put_be32 (p, v >> 32);
+  put_be32 ((char *)p + 4, (uint32_t)v);
 }
 
 /* Does [off, off+len) intersect [start, start+size)?  No overflow: all

@@ -53,6 +53,8 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
   if (qcow2_parse_header (img, opts, err) == -1)
     goto fail;
   img->data_file_size = img->file_size;
+  if (opts && opts->writable && qcow2_open_writable (img, opts, err) == -1)
+    goto fail;
 
   if (img->l1_size > 0)
     {
@@ -101,11 +103,26 @@ fail:
   return NULL;
 }
 
+int
+qcow2_close_err (struct qcow2_image *img, struct qcow2_error *err)
+{
+  int r = 0;
+
+  if (img == NULL)
+    return 0;
+  if (img->writable)
+    r = qcow2_close_writable (img, err);
+  qcow2_close (img);
+  return r;
+}
+
 void
 qcow2_close (struct qcow2_image *img)
 {
   if (img == NULL)
     return;
+  if (img->writable)
+    qcow2_close_writable (img, NULL);
   l2_cache_free (img->l2);
   free (img->l1);
   free (img->backing_file);

@@ -56,6 +56,12 @@ struct qcow2_open_options
    * instead of the active layer; NULL for the active layer.
    */
   const char *snapshot;
+  /* Open for writing (the hostio must be writable).  Not yet for
+   * users: see lib/WRITING.md for what works.
+   */
+  bool writable;
+  /* Refcount blocks to cache when writable; 0 means the default. */
+  unsigned refcount_cache_blocks;
 };
 
 /* Does a file starting with these 'len' bytes claim to be qcow2?  Needs
@@ -74,7 +80,11 @@ struct qcow2_image;
 extern struct qcow2_image *qcow2_open (struct qcow2_hostio *io,
                                        const struct qcow2_open_options *opts,
                                        struct qcow2_error *err);
+/* Closing a writable image writes back what is cached and flushes;
+ * qcow2_close_err reports whether that worked.
+ */
 extern void qcow2_close (struct qcow2_image *img);
+extern int qcow2_close_err (struct qcow2_image *img, struct qcow2_error *err);
 
 /* Facts about the open image. */
 extern uint64_t qcow2_get_size (const struct qcow2_image *img);

@@ -5,7 +5,9 @@ QCOW2_TESTS = \
 	test-qcow2-refuse.sh \
 	test-qcow2-hostile.sh \
 	test-qcow2-chain.sh \
-	test-qcow2-parallel.sh
+	test-qcow2-parallel.sh \
+	test-qcow2-hostio.sh \
+	test-qcow2-refcount.sh
 TESTS += $(QCOW2_TESTS)
 EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py test-qcow2-patch.py \
 	test-qcow2-functions.sh
@@ -17,3 +19,11 @@ test_qcow2_unit_CPPFLAGS = -I$(top_srcdir)/lib
 test_qcow2_unit_CFLAGS = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS)
 test_qcow2_unit_LDADD = $(top_builddir)/lib/libqcow2.la -lpthread
 test_qcow2_unit_LDFLAGS = $(SANITIZER_CFLAGS)
+
+# The write side of the library, layer by layer (see lib/WRITING.md).
+check_PROGRAMS += test-qcow2-write-unit
+test_qcow2_write_unit_SOURCES = test-qcow2-write-unit.c
+test_qcow2_write_unit_CPPFLAGS = -I$(top_srcdir)/lib
+test_qcow2_write_unit_CFLAGS = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS)
+test_qcow2_write_unit_LDADD = $(top_builddir)/lib/libqcow2.la -lpthread
+test_qcow2_write_unit_LDFLAGS = $(SANITIZER_CFLAGS)

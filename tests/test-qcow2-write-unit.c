@@ -1,0 +1,403 @@
+/* Unit tests of the qcow2 library's write side, one layer per command:
+ *   test-qcow2-write-unit hostio DIR
+ *     the writable host I/O implementations (fd, growing memory) and
+ *     the recording hostio's crash images.
+ *   test-qcow2-write-unit refcount IMAGE.qcow2 LIST
+ *     refcount entries at every width in memory; then, on an image made
+ *     by qemu-img, claim and count clusters (in new refcount blocks and
+ *     past the table, so it grows) and write "CLUSTER REFCOUNT" lines to
+ *     LIST for the test script to compare with qemu-img check's leaks.
+ * Each command exits non-zero with a message on the first failure.
+ * SPDX-License-Identifier: BSD-3-Clause
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qcow2-internal.h"
+
+static void __attribute__ ((noreturn, format (printf, 1, 2)))
+die (const char *fs, ...)
+{
+  va_list args;
+
+  va_start (args, fs);
+  vfprintf (stderr, fs, args);
+  va_end (args);
+  fputc ('\n', stderr);
+  exit (EXIT_FAILURE);
+}
+
+#define CHECK(cond)                                                            \
+  do                                                                           \
+    {                                                                          \
+      if (!(cond))                                                             \
+        die ("%s:%d: check failed: %s", __FILE__, __LINE__, #cond);            \
+    }                                                                          \
+  while (0)
+
+/* r == 0, else die naming the call. */
+#define OK(call)                                                               \
+  do                                                                           \
+    {                                                                          \
+      int r_ = (call);                                                         \
+      if (r_ != 0)                                                             \
+        die ("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror (-r_));      \
+    }                                                                          \
+  while (0)
+
+static bool
+all_bytes (const unsigned char *p, size_t len, unsigned char c)
+{
+  size_t i;
+
+  for (i = 0; i < len; ++i)
+    if (p[i] != c)
+      return false;
+  return true;
+}
+
+/* ---- hostio ---- */
+
+/* What every writable hostio must do: grow on write past the end,
+ * pwritev with several pieces, zero a range, flush.
+ */
+static void
+hostio_contract (struct qcow2_hostio *io, const char *what)
+{
+  unsigned char a[1000], b[3000], got[5000];
+  struct iovec iov[3];
+  int r;
+
+  memset (a, 0xaa, sizeof a);
+  memset (b, 0xbb, sizeof b);
+  CHECK (io->pwritev && io->flush && io->zero);
+  CHECK (io->get_size (io) == 0);
+  OK (qcow2_hostio_pwrite (io, a, sizeof a, 4096));
+  if (io->get_size (io) != 5096)
+    die ("%s: size %" PRId64 " after a write past the end", what,
+         io->get_size (io));
+  OK (io->pread (io, got, 4096, 0));
+  CHECK (all_bytes (got, 4096, 0)); /* the gap reads as zeroes */
+  iov[0] = (struct iovec){ a, 10 };
+  iov[1] = (struct iovec){ b, sizeof b };
+  iov[2] = (struct iovec){ a, 5 };
+  OK (io->pwritev (io, iov, 3, 100));
+  OK (io->pread (io, got, 3015, 100));
+  CHECK (all_bytes (got, 10, 0xaa) && all_bytes (got + 10, 3000, 0xbb)
+         && all_bytes (got + 3010, 5, 0xaa));
+  r = io->zero (io, 1024, 2048, true);
+  if (r == 0)
+    {
+      OK (io->pread (io, got, 4000, 0));
+      CHECK (all_bytes (got + 1024, 2048, 0) && got[1023] == 0xbb
+             && got[3072] == 0xbb);
+    }
+  else if (r != -EOPNOTSUPP)
+    die ("%s: zero: %s", what, strerror (-r));
+  OK (io->flush (io));
+  CHECK (io->pread (io, got, 10, 5090) == -EIO); /* past the end */
+}
+
+static void *
+hammer (void *arg)
+{
+  struct qcow2_hostio *io = arg;
+  static unsigned counter;
+  unsigned id = __atomic_fetch_add (&counter, 1, __ATOMIC_RELAXED);
+  unsigned char buf[512];
+  unsigned i;
+
+  /* Thread 'id' owns sectors id, id+4, ...; the file grows under it. */
+  memset (buf, 'A' + id, sizeof buf);
+  for (i = 0; i < 2000; ++i)
+    if (qcow2_hostio_pwrite (io, buf, sizeof buf, (i * 4 + id) * 512ULL) != 0)
+      die ("concurrent write failed");
+  return NULL;
+}
+
+static void
+test_hostio (const char *dir)
+{
+  char path[4096];
+  struct qcow2_hostio *io, *mem, *rec;
+  unsigned char init[4096], buf[8192], *img;
+  const unsigned char *contents;
+  uint64_t size;
+  size_t n, img_len, i, k;
+  pthread_t th[4];
+  unsigned seed = 1;
+  int fd;
+
+  /* fd over a regular file; a read-only descriptor cannot write. */
+  snprintf (path, sizeof path, "%s/hostio.img", dir);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CHECK (fd >= 0);
+  io = qcow2_hostio_fd (fd);
+  CHECK (io && !io->fixed_size);
+  hostio_contract (io, "fd");
+  qcow2_hostio_close (io);
+  fd = open (path, O_RDONLY | O_CLOEXEC);
+  io = qcow2_hostio_fd (fd);
+  CHECK (io && io->pwritev == NULL && io->flush == NULL);
+  qcow2_hostio_close (io);
+
+  /* Growing memory, and its limits. */
+  io = qcow2_hostio_mem_rw (NULL, 0, 0, false);
+  hostio_contract (io, "mem");
+  qcow2_hostio_close (io);
+  io = qcow2_hostio_mem_rw (NULL, 0, 8192, false);
+  CHECK (qcow2_hostio_pwrite (io, buf, 100, 8100) == -ENOSPC);
+  qcow2_hostio_close (io);
+  memset (init, 7, sizeof init);
+  io = qcow2_hostio_mem_rw (init, sizeof init, 0, true);
+  CHECK (io->fixed_size && io->get_size (io) == 4096);
+  CHECK (qcow2_hostio_pwrite (io, buf, 1, 4096) == -ENOSPC);
+  OK (io->pread (io, buf, 4096, 0));
+  CHECK (all_bytes (buf, 4096, 7));
+  qcow2_hostio_close (io);
+
+  /* Writers on 4 threads while the file grows: nothing lost. */
+  io = qcow2_hostio_mem_rw (NULL, 0, 0, false);
+  for (i = 0; i < 4; ++i)
+    pthread_create (&th[i], NULL, hammer, io);
+  for (i = 0; i < 4; ++i)
+    pthread_join (th[i], NULL);
+  contents = qcow2_hostio_mem_contents (io, &size);
+  CHECK (size == 8000 * 512);
+  for (i = 0; i < 8000; ++i)
+    if (!all_bytes (contents + i * 512, 512, 'A' + i % 4))
+      die ("concurrent writes: sector %zu is wrong", i);
+  qcow2_hostio_close (io);
+
+  /* Recording: a flush makes what completed before it durable in every
+   * crash image; what came after may or may not be there.
+   */
+  mem = qcow2_hostio_mem_rw (init, sizeof init, 0, false);
+  rec = qcow2_hostio_record (mem);
+  memset (buf, 1, 1024);
+  OK (qcow2_hostio_pwrite (rec, buf, 1024, 0)); /* event 0 */
+  OK (rec->zero (rec, 2048, 512, false));       /* event 1 */
+  OK (rec->flush (rec));                        /* event 2 */
+  memset (buf, 2, sizeof buf);
+  OK (qcow2_hostio_pwrite (rec, buf, sizeof buf, 3000)); /* event 3 */
+  CHECK (qcow2_record_count (rec) == 4);
+  CHECK (qcow2_record_get (rec, 2)->type == QCOW2_REC_FLUSH);
+  CHECK (qcow2_record_get (rec, 2)->durable == 2);
+  CHECK (qcow2_record_get (rec, 1)->data == NULL);
+  {
+    unsigned seen_lost = 0, seen_whole = 0, seen_torn = 0;
+    for (k = 0; k < 200; ++k)
+      {
+        size_t torn = 0;
+        OK (qcow2_record_crash_image (rec, init, sizeof init, 4, &seed, &img,
+                                      &img_len));
+        CHECK (all_bytes (img, 1024, 1) && all_bytes (img + 1024, 1024, 7)
+               && all_bytes (img + 2048, 512, 0)
+               && all_bytes (img + 2560, 440, 7));
+        CHECK (img_len >= 4096 && img_len <= 3000 + sizeof buf);
+        /* Each sector of the pending write is old or new, never mixed
+           (past the old end: new or the zeroes of a gap). */
+        for (n = 3000; n < 4096; ++n)
+          {
+            unsigned char c = img[n];
+            CHECK (c == 2 || c == 7);
+            if (n > 3000 && (n % 512) != 0 && c != img[n - 1])
+              die ("crash image: a sector is half written");
+            torn += c == 2;
+          }
+        if (img_len == 4096 && torn == 0)
+          seen_lost++;
+        else if (torn == 1096 && img_len > 4096
+                 && all_bytes (img + 4096, img_len - 4096, 2))
+          seen_whole++;
+        else
+          seen_torn++;
+        free (img);
+      }
+    if (!seen_lost || !seen_whole || !seen_torn)
+      die ("crash images: lost %u, whole %u, torn %u of 200", seen_lost,
+           seen_whole, seen_torn);
+  }
+  /* Up to the end with everything flushed: the file itself. */
+  OK (rec->flush (rec));
+  OK (qcow2_record_crash_image (rec, init, sizeof init, 5, &seed, &img,
+                                &img_len));
+  contents = qcow2_hostio_mem_contents (mem, &size);
+  CHECK (img_len == size && memcmp (img, contents, size) == 0);
+  free (img);
+  qcow2_hostio_close (rec);
+  qcow2_hostio_close (mem);
+  printf ("ok: hostio\n");
+}
+
+/* ---- refcounts ---- */
+
+/* Every width: set entries to a pattern in a block, read them all back;
+ * setting one entry changes no other.
+ */
+static void
+test_widths (void)
+{
+  unsigned char block[512];
+  unsigned order;
+
+  for (order = 0; order <= 6; ++order)
+    {
+      uint64_t n = sizeof block * 8 >> order, i, j;
+      uint64_t mask = order == 6 ? UINT64_MAX : (1ULL << (1u << order)) - 1;
+
+      memset (block, 0, sizeof block);
+      for (i = 0; i < n; ++i)
+        qcow2_rc_entry_set (block, order, i,
+                            (i * 0x9e3779b97f4a7c15ULL) & mask);
+      for (i = 0; i < n; ++i)
+        if (qcow2_rc_entry_get (block, order, i)
+            != ((i * 0x9e3779b97f4a7c15ULL) & mask))
+          die ("width %u: entry %" PRIu64 " reads back wrong", 1u << order, i);
+      for (j = 0; j < n; j += n / 7)
+        {
+          qcow2_rc_entry_set (block, order, j, mask);
+          for (i = 0; i < n; ++i)
+            if (qcow2_rc_entry_get (block, order, i)
+                != (i == j ? mask : (i * 0x9e3779b97f4a7c15ULL) & mask))
+              die ("width %u: setting %" PRIu64 " changed %" PRIu64,
+                   1u << order, j, i);
+          qcow2_rc_entry_set (block, order, j,
+                              (j * 0x9e3779b97f4a7c15ULL) & mask);
+        }
+    }
+  /* The on-disk layout qemu uses: big-endian, sub-byte entries from the
+   * least significant bit.
+   */
+  memset (block, 0, sizeof block);
+  qcow2_rc_entry_set (block, 0, 9, 1);
+  CHECK (block[1] == 0x02);
+  qcow2_rc_entry_set (block, 2, 1, 0xa);
+  CHECK (block[0] == 0xa0);
+  qcow2_rc_entry_set (block, 4, 2, 0x1234);
+  CHECK (block[4] == 0x12 && block[5] == 0x34);
+}
+
+static void
+claim (struct qcow2_image *img, uint64_t cluster, FILE *list, uint64_t count)
+{
+  struct qcow2_error err;
+  unsigned char *buf = malloc (img->cluster_size);
+  uint64_t v;
+  int r = qcow2_rc_claim (img, cluster, &err);
+
+  if (r == -1)
+    die ("claim %" PRIu64 ": %s", cluster, err.msg);
+  if (r != 1)
+    die ("claim %" PRIu64 ": not free", cluster);
+  if (qcow2_rc_claim (img, cluster, &err) != 0)
+    die ("claim %" PRIu64 " twice succeeded", cluster);
+  if (count > 1 && qcow2_rc_update (img, cluster, count - 1, &err) == -1)
+    die ("update %" PRIu64 ": %s", cluster, err.msg);
+  /* Down and up again: decrements work too. */
+  if (qcow2_rc_update (img, cluster, -1, &err) == -1
+      || qcow2_rc_get (img, cluster, &v, &err) == -1 || v != count - 1
+      || qcow2_rc_update (img, cluster, 1, &err) == -1)
+    die ("update %" PRIu64 " down and up: %s", cluster, err.msg);
+  /* qemu-img check counts only clusters inside the file. */
+  memset (buf, 0x5a, img->cluster_size);
+  OK (qcow2_hostio_pwrite (img->io, buf, img->cluster_size,
+                           cluster << img->cluster_bits));
+  fprintf (list, "%" PRIu64 " %" PRIu64 "\n", cluster, count);
+  free (buf);
+}
+
+static void
+test_refcount (const char *path, const char *list_path)
+{
+  struct qcow2_open_options opts
+      = { .writable = true, .refcount_cache_blocks = 4 };
+  struct qcow2_error err;
+  struct qcow2_image *img;
+  struct qcow2_hostio *io;
+  FILE *list;
+  uint64_t per_block, first, max, v, reftable0, i;
+  int fd;
+
+  test_widths ();
+
+  fd = open (path, O_RDWR | O_CLOEXEC);
+  CHECK (fd >= 0);
+  io = qcow2_hostio_fd (fd);
+  img = qcow2_open (io, &opts, &err);
+  if (img == NULL)
+    die ("%s: %s", path, err.msg);
+  list = fopen (list_path, "w");
+  CHECK (list);
+  per_block = (uint64_t)img->cluster_size * 8 >> img->refcount_order;
+  max = img->refcount_order == 6 ? UINT64_MAX
+                                 : (1ULL << (1u << img->refcount_order)) - 1;
+  first = img->host_end >> img->cluster_bits;
+  reftable0 = img->reftable_offset;
+
+  /* What qemu-img made is in use. */
+  OK (qcow2_rc_get (img, 0, &v, &err));
+  CHECK (v == 1);
+  OK (qcow2_rc_get (img, img->reftable_offset >> img->cluster_bits, &v, &err));
+  CHECK (v == 1);
+
+  /* Next to what exists; the largest count the width holds; in the
+   * next block's coverage (a new, self-describing block); then far past
+   * what the table covers, three times, so that it grows.
+   */
+  claim (img, first + 2, list, 1);
+  claim (img, first + 3, list, max < 3 ? max : 3);
+  claim (img, first + 5, list, max < 65535 ? max : 65535);
+  if (img->refcount_order == 6)
+    claim (img, first + 6, list, (1ULL << 40) + 5); /* needs 64 bits */
+  claim (img, (first / per_block + 1) * per_block + 7, list, 1);
+  for (i = 1; i <= 3; ++i)
+    {
+      uint64_t idx = img->reftable_bytes / 8 + i * 3;
+      claim (img, idx * per_block + per_block / 2, list, 1);
+    }
+  if (img->reftable_offset == reftable0)
+    die ("the refcount table did not grow");
+  /* Eviction and reload through the 4-slot cache kept every count. */
+  {
+    FILE *in = fopen (list_path, "r");
+    uint64_t c, n;
+
+    fflush (list);
+    while (fscanf (in, "%" SCNu64 " %" SCNu64, &c, &n) == 2)
+      {
+        OK (qcow2_rc_get (img, c, &v, &err));
+        if (v != n)
+          die ("cluster %" PRIu64 ": refcount %" PRIu64 ", expected %" PRIu64,
+               c, v, n);
+      }
+    fclose (in);
+  }
+  fclose (list);
+  if (qcow2_close_err (img, &err) == -1)
+    die ("close: %s", err.msg);
+  qcow2_hostio_close (io);
+  printf ("ok: refcount %s\n", path);
+}
+
+int
+main (int argc, char *argv[])
+{
+  if (argc == 3 && strcmp (argv[1], "hostio") == 0)
+    test_hostio (argv[2]);
+  else if (argc == 4 && strcmp (argv[1], "refcount") == 0)
+    test_refcount (argv[2], argv[3]);
+  else
+    die ("usage: %s hostio DIR | refcount IMAGE LIST", argv[0]);
+  return 0;
+}
