@@ -35,8 +35,8 @@ struct enum_param_word
  * the message lists the words in table order.
  */
 static inline int
-parse_enum_param (const char *key, const char *value,
-                  const struct enum_param_word *words, size_t n, int *result)
+parse_enum_param_n (const char *key, const char *value,
+                    const struct enum_param_word *words, size_t n, int *result)
 {
   static const char *const true_words[] = { "true", "yes", "on", "1" };
   static const char *const false_words[] = { "false", "no", "off", "0" };
@@ -83,6 +83,10 @@ parse_enum_param (const char *key, const char *value,
   return -1;
 }
 
+/* The usual call: 'words' is a table (an array), whose size is known. */
+#define parse_enum_param(key, value, words, result)                            \
+  parse_enum_param_n ((key), (value), (words), ARRAY_SIZE (words), (result))
+
 /* A boolean parameter: nbdkit_parse_bool's spellings, and on error
  * "KEY=VALUE: expected true or false".
  */
@@ -95,7 +99,7 @@ parse_bool_param (const char *key, const char *value, bool *result)
   };
   int r;
 
-  if (parse_enum_param (key, value, words, ARRAY_SIZE (words), &r) == -1)
+  if (parse_enum_param (key, value, words, &r) == -1)
     return -1;
   *result = r;
   return 0;

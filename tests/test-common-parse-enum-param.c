@@ -54,7 +54,7 @@ good (const struct enum_param_word *words, size_t n, const char *value)
   unsigned e = errors;
   int r = -12345;
 
-  assert (parse_enum_param ("key", value, words, n, &r) == 0);
+  assert (parse_enum_param_n ("key", value, words, n, &r) == 0);
   assert (errors == e);
   assert (r != -12345);
   return r;
@@ -68,7 +68,7 @@ bad (const struct enum_param_word *words, size_t n, const char *key,
   unsigned e = errors;
   int r = -12345;
 
-  assert (parse_enum_param (key, value, words, n, &r) == -1);
+  assert (parse_enum_param_n (key, value, words, n, &r) == -1);
   assert (errors == e + 1);
   assert (r == -12345);
   if (strcmp (message, want) != 0)
@@ -112,9 +112,16 @@ test_words (void)
       { "zero", 2 },
       { "refuse", 3 },
     };
+    int r = -1;
+
     assert (good (four, ARRAY_SIZE (four), "refuse") == 3);
     bad (four, ARRAY_SIZE (four), "discard", "foo",
          "discard=foo: expected pass, ignore, zero or refuse");
+    /* The macro takes the count from the table. */
+    assert (parse_enum_param ("discard", "zero", four, &r) == 0 && r == 2);
+    assert (parse_enum_param ("discard", "x", four, &r) == -1 && r == 2);
+    assert (strcmp (message, "discard=x: expected pass, ignore, zero or refuse")
+            == 0);
   }
 }
 
@@ -215,7 +222,7 @@ test_list_too_long (void)
     {
       if (freopen ("/dev/null", "w", stderr) == NULL)
         _exit (2);
-      parse_enum_param ("k", "v", words, 2, &r);
+      parse_enum_param_n ("k", "v", words, 2, &r);
       _exit (3);
     }
   assert (waitpid (pid, &status, 0) == pid);
