@@ -32,6 +32,10 @@ bad "format=bogus: expected auto, raw or qcow2" file="$img" format=bogus
 bad "cache=bogus: expected writeback or none" file="$img" cache=bogus
 bad "readonly=maybe: expected true or false" file="$img" readonly=maybe
 bad "create=maybe: expected true, false or force" file="$img" create=maybe size=1M
+# Enum words are matched exactly; only booleans take other spellings.
+bad "format=RAW: expected auto, raw or qcow2" file="$img" format=RAW
+bad "create=FORCE: expected true, false or force" file="$img" create=FORCE size=1M
+bad "backing=bogus: expected refuse, none or follow" file="$img" backing=bogus
 bad "create=true needs size=SIZE" file="$T/new.img" create=true
 bad "size=SIZE is only used with create=true" file="$img" size=1M
 bad "size=abc: expected a size such as 4096, 64K or 1M" \
@@ -81,4 +85,11 @@ for b in true false yes no on off 1 0 TRUE; do
   nbdkit -U - "$IMAGE_PLUGIN" file="$img" readonly=$b cache=none \
     format=raw --run 'nbdinfo --size "$uri" >/dev/null' ||
     fail "readonly=$b was refused"
+done
+# create= is a boolean plus force: an existing file of the right size
+# is kept under any spelling of true.
+for b in true yes on 1 TRUE; do
+  nbdkit -U - "$IMAGE_PLUGIN" file="$img" create=$b size=1M \
+    --run 'nbdinfo --size "$uri" >/dev/null' ||
+    fail "create=$b was refused"
 done

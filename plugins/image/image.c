@@ -10,11 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "array-size.h"
 #include "format.h"
+#include "parse-enum-param.h"
 #include "parse-size-param.h"
 #include "qcow2.h"
 
@@ -47,23 +48,21 @@ static const struct format_ops *const all_formats[] = {
   &qcow2_format,
 };
 
-/* Like nbdkit_parse_bool, but the error names the parameter. */
-static int
-parse_bool_param (const char *key, const char *value, const char *expected)
-{
-  static const char *const yes[] = { "1", "true", "yes", "on" };
-  static const char *const no[] = { "0", "false", "no", "off" };
-
-  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; ++i)
-    {
-      if (strcasecmp (value, yes[i]) == 0)
-        return 1;
-      if (strcasecmp (value, no[i]) == 0)
-        return 0;
-    }
-  nbdkit_error ("%s=%s: expected %s", key, value, expected);
-  return -1;
-}
+static const struct enum_param_word format_words[] = {
+  { "auto", FORMAT_AUTO },
+  { "raw", FORMAT_RAW },
+  { "qcow2", FORMAT_QCOW2 },
+};
+static const struct enum_param_word cache_words[] = {
+  { "writeback", CACHE_WRITEBACK },
+  { "none", CACHE_NONE },
+};
+/* true and false also take the other boolean spellings. */
+static const struct enum_param_word create_words[] = {
+  { "true", CREATE_YES },
+  { "false", CREATE_NO },
+  { "force", CREATE_FORCE },
+};
 
 static void
 image_unload (void)
@@ -85,51 +84,28 @@ image_config (const char *key, const char *value)
     }
   if (strcmp (key, "format") == 0)
     {
-      if (strcmp (value, "auto") == 0)
-        format_choice = FORMAT_AUTO;
-      else if (strcmp (value, "raw") == 0)
-        format_choice = FORMAT_RAW;
-      else if (strcmp (value, "qcow2") == 0)
-        format_choice = FORMAT_QCOW2;
-      else
-        {
-          nbdkit_error ("format=%s: expected auto, raw or qcow2", value);
-          return -1;
-        }
+      int r;
+      if (parse_enum_param (key, value, format_words, &r) == -1)
+        return -1;
+      format_choice = r;
       return 0;
     }
   if (strcmp (key, "cache") == 0)
     {
-      if (strcmp (value, "writeback") == 0)
-        options.cache = CACHE_WRITEBACK;
-      else if (strcmp (value, "none") == 0)
-        options.cache = CACHE_NONE;
-      else
-        {
-          nbdkit_error ("cache=%s: expected writeback or none", value);
-          return -1;
-        }
+      int r;
+      if (parse_enum_param (key, value, cache_words, &r) == -1)
+        return -1;
+      options.cache = r;
       return 0;
     }
   if (strcmp (key, "readonly") == 0)
-    {
-      int r = parse_bool_param (key, value, "true or false");
-      if (r == -1)
-        return -1;
-      options.readonly = r;
-      return 0;
-    }
+    return parse_bool_param (key, value, &options.readonly);
   if (strcmp (key, "create") == 0)
     {
-      if (strcmp (value, "force") == 0)
-        create_mode = CREATE_FORCE;
-      else
-        {
-          int r = parse_bool_param (key, value, "true, false or force");
-          if (r == -1)
-            return -1;
-          create_mode = r ? CREATE_YES : CREATE_NO;
-        }
+      int r;
+      if (parse_enum_param (key, value, create_words, &r) == -1)
+        return -1;
+      create_mode = r;
       return 0;
     }
   if (strcmp (key, "size") == 0)
@@ -140,7 +116,7 @@ image_config (const char *key, const char *value)
       return 0;
     }
 
-  for (size_t i = 0; i < sizeof all_formats / sizeof all_formats[0]; ++i)
+  for (size_t i = 0; i < ARRAY_SIZE (all_formats); ++i)
     {
       if (all_formats[i]->config)
         {

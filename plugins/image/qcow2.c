@@ -19,6 +19,7 @@
 
 #include "cleanup.h"
 #include "format.h"
+#include "parse-enum-param.h"
 #include "qcow2.h"
 
 enum backing_mode
@@ -34,6 +35,12 @@ static enum backing_mode backing_mode = BACKING_REFUSE;
 static char *backing_dir; /* NULL = the image's directory */
 static unsigned backing_max_depth = 16;
 static char *snapshot;
+
+static const struct enum_param_word backing_words[] = {
+  { "refuse", BACKING_REFUSE },
+  { "none", BACKING_NONE },
+  { "follow", BACKING_FOLLOW },
+};
 
 /* One file of the chain: the top image, a backing file or a data file. */
 struct layer
@@ -70,17 +77,10 @@ qcow2_config (const char *key, const char *value)
     }
   if (strcmp (key, "backing") == 0)
     {
-      if (strcmp (value, "refuse") == 0)
-        backing_mode = BACKING_REFUSE;
-      else if (strcmp (value, "none") == 0)
-        backing_mode = BACKING_NONE;
-      else if (strcmp (value, "follow") == 0)
-        backing_mode = BACKING_FOLLOW;
-      else
-        {
-          nbdkit_error ("backing=%s: expected refuse, none or follow", value);
-          return -1;
-        }
+      int r;
+      if (parse_enum_param (key, value, backing_words, &r) == -1)
+        return -1;
+      backing_mode = r;
       return 1;
     }
   if (strcmp (key, "backing-dir") == 0)
