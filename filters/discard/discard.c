@@ -30,6 +30,7 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "parse-enum-param.h"
 #include "parse-size-param.h"
 #include "stat-counter.h"
 
@@ -47,8 +48,18 @@ enum zero_trim
   ZERO_TRIM_ALWAYS
 };
 
-static const char *const mode_names[] = { "pass", "ignore", "zero", "refuse" };
-static const char *const zero_trim_names[] = { "keep", "never", "always" };
+/* Indexed by value, so that the exit summary can name the setting. */
+static const struct enum_param_word mode_words[] = {
+  [DISCARD_PASS] = { "pass", DISCARD_PASS },
+  [DISCARD_IGNORE] = { "ignore", DISCARD_IGNORE },
+  [DISCARD_ZERO] = { "zero", DISCARD_ZERO },
+  [DISCARD_REFUSE] = { "refuse", DISCARD_REFUSE },
+};
+static const struct enum_param_word zero_trim_words[] = {
+  [ZERO_TRIM_KEEP] = { "keep", ZERO_TRIM_KEEP },
+  [ZERO_TRIM_NEVER] = { "never", ZERO_TRIM_NEVER },
+  [ZERO_TRIM_ALWAYS] = { "always", ZERO_TRIM_ALWAYS },
+};
 
 static enum discard_mode mode = DISCARD_PASS;
 static enum zero_trim zero_trim = ZERO_TRIM_KEEP;
@@ -82,36 +93,13 @@ discard_unload (void)
       " trimmed_bytes=%" PRIu64 " zeroed_reqs=%" PRIu64 " zeroed_bytes=%" PRIu64
       " dropped_bytes=%" PRIu64 " zeroes=%" PRIu64 " zero_bytes=%" PRIu64
       " may_trim_cleared=%" PRIu64 " may_trim_set=%" PRIu64,
-      mode_names[mode], granularity, max_piece, zero_trim_names[zero_trim],
-      stat_get (&stats.trims), stat_get (&stats.trim_bytes),
-      stat_get (&stats.trim_reqs), stat_get (&stats.trimmed_bytes),
-      stat_get (&stats.zeroed_reqs), stat_get (&stats.zeroed_bytes),
-      stat_get (&stats.dropped_bytes), stat_get (&stats.zeroes),
-      stat_get (&stats.zero_bytes), stat_get (&stats.may_trim_cleared),
-      stat_get (&stats.may_trim_set));
-}
-
-static int
-parse_choice (const char *key, const char *value, const char *const *names,
-              size_t n, int *result)
-{
-  size_t i;
-
-  for (i = 0; i < n; ++i)
-    {
-      if (strcmp (value, names[i]) == 0)
-        {
-          *result = i;
-          return 0;
-        }
-    }
-  if (n == 3)
-    nbdkit_error ("%s=%s: expected %s, %s or %s", key, value, names[0],
-                  names[1], names[2]);
-  else
-    nbdkit_error ("%s=%s: expected %s, %s, %s or %s", key, value, names[0],
-                  names[1], names[2], names[3]);
-  return -1;
+      mode_words[mode].name, granularity, max_piece,
+      zero_trim_words[zero_trim].name, stat_get (&stats.trims),
+      stat_get (&stats.trim_bytes), stat_get (&stats.trim_reqs),
+      stat_get (&stats.trimmed_bytes), stat_get (&stats.zeroed_reqs),
+      stat_get (&stats.zeroed_bytes), stat_get (&stats.dropped_bytes),
+      stat_get (&stats.zeroes), stat_get (&stats.zero_bytes),
+      stat_get (&stats.may_trim_cleared), stat_get (&stats.may_trim_set));
 }
 
 #define MIN_SIZE 512
@@ -126,14 +114,14 @@ discard_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
 
   if (strcmp (key, "discard") == 0)
     {
-      if (parse_choice (key, value, mode_names, 4, &choice) == -1)
+      if (parse_enum_param (key, value, mode_words, &choice) == -1)
         return -1;
       mode = choice;
       return 0;
     }
   if (strcmp (key, "discard-zero-trim") == 0)
     {
-      if (parse_choice (key, value, zero_trim_names, 3, &choice) == -1)
+      if (parse_enum_param (key, value, zero_trim_words, &choice) == -1)
         return -1;
       zero_trim = choice;
       return 0;

@@ -29,6 +29,7 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "parse-enum-param.h"
 #include "parse-size-param.h"
 #include "stat-counter.h"
 #include "is-zero.h"
@@ -38,6 +39,13 @@ enum zd_mode
   ZD_ON,
   ZD_UNMAP,
   ZD_OFF
+};
+
+/* Indexed by value, so that the exit summary can name the setting. */
+static const struct enum_param_word mode_words[] = {
+  [ZD_ON] = { "on", ZD_ON },
+  [ZD_UNMAP] = { "unmap", ZD_UNMAP },
+  [ZD_OFF] = { "off", ZD_OFF },
 };
 
 static enum zd_mode mode = ZD_ON;
@@ -67,10 +75,7 @@ zerodetect_unload (void)
                 " whole_zero=%" PRIu64 " split=%" PRIu64 " zero_reqs=%" PRIu64
                 " zero_bytes=%" PRIu64 " data_reqs=%" PRIu64
                 " data_bytes=%" PRIu64,
-                mode == ZD_ON      ? "on"
-                : mode == ZD_UNMAP ? "unmap"
-                                   : "off",
-                granularity, stat_get (&stats.writes),
+                mode_words[mode].name, granularity, stat_get (&stats.writes),
                 stat_get (&stats.write_bytes), stat_get (&stats.passed),
                 stat_get (&stats.whole_zero), stat_get (&stats.split),
                 stat_get (&stats.zero_reqs), stat_get (&stats.zero_bytes),
@@ -90,17 +95,10 @@ zerodetect_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
 {
   if (strcmp (key, "zerodetect") == 0)
     {
-      if (strcmp (value, "on") == 0)
-        mode = ZD_ON;
-      else if (strcmp (value, "unmap") == 0)
-        mode = ZD_UNMAP;
-      else if (strcmp (value, "off") == 0)
-        mode = ZD_OFF;
-      else
-        {
-          nbdkit_error ("zerodetect=%s: expected on, unmap or off", value);
-          return -1;
-        }
+      int r;
+      if (parse_enum_param (key, value, mode_words, &r) == -1)
+        return -1;
+      mode = r;
       return 0;
     }
   if (strcmp (key, "zerodetect-granularity") == 0)
