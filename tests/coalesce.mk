@@ -19,3 +19,8 @@ stress_SOURCES = stress.c
 stress_CFLAGS = $(TESTS_CFLAGS_COMMON)
 stress_LDADD = $(TESTS_LDADD_COMMON)
 stress_LDFLAGS = $(TESTS_LDFLAGS_COMMON)
+
+# The coalesce filter's enum and boolean parameters (common/
+# parse-enum-param.h messages).
+TESTS += test-coalesce-params.sh
+EXTRA_DIST += test-coalesce-params.sh

@@ -30,6 +30,7 @@
 
 #include "align.h"
 #include "coalesce.h"
+#include "parse-enum-param.h"
 
 #define HUGE_PAGE (2 * 1024 * 1024)
 
@@ -62,16 +63,15 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
 {
   if (strcmp (key, "coalesce-mode") == 0)
     {
-      if (strcmp (value, "writeback") == 0)
-        co.mode = MODE_WRITEBACK;
-      else if (strcmp (value, "writethrough") == 0)
-        co.mode = MODE_WRITETHROUGH;
-      else
-        {
-          nbdkit_error ("coalesce-mode=%s: expected writeback or writethrough",
-                        value);
-          return -1;
-        }
+      static const struct enum_param_word mode_words[] = {
+        { "writeback", MODE_WRITEBACK },
+        { "writethrough", MODE_WRITETHROUGH },
+      };
+      int r;
+
+      if (parse_enum_param (key, value, mode_words, &r) == -1)
+        return -1;
+      co.mode = r;
       return 0;
     }
   if (strcmp (key, "coalesce-size") == 0)
@@ -100,10 +100,12 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     }
   if (strcmp (key, "coalesce-hugepages") == 0)
     {
-      int r = nbdkit_parse_bool (value);
-      if (r == -1)
+      bool b;
+
+      /* nbdkit_parse_bool's error would not name the parameter. */
+      if (parse_bool_param (key, value, &b) == -1)
         return -1;
-      co.use_hugepages = r;
+      co.use_hugepages = b;
       return 0;
     }
   if (strcmp (key, "coalesce-threads") == 0)
