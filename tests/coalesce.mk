@@ -24,3 +24,15 @@ stress_LDFLAGS = $(TESTS_LDFLAGS_COMMON)
 # parse-enum-param.h messages).
 TESTS += test-coalesce-params.sh
 EXTRA_DIST += test-coalesce-params.sh
+
+# The interval set (intervals.c) on its own: it has no nbdkit dependency.
+check_PROGRAMS += test-coalesce-intervals
+TESTS += test-coalesce-intervals
+test_coalesce_intervals_SOURCES = \
+	test-coalesce-intervals.c \
+	../filters/coalesce/intervals.c \
+	../filters/coalesce/intervals.h
+test_coalesce_intervals_CPPFLAGS = \
+	-I$(top_srcdir)/common -I$(top_srcdir)/filters/coalesce
+test_coalesce_intervals_CFLAGS = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS)
+test_coalesce_intervals_LDFLAGS = $(SANITIZER_CFLAGS)
