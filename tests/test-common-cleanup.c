@@ -17,8 +17,10 @@
 #include "cleanup.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-/* ASan replaces malloc, so ask its allocator. */
-#include <sanitizer/allocator_interface.h>
+/* ASan replaces malloc, so ask its allocator.  Declared here: GCC does
+ * not install <sanitizer/allocator_interface.h>, libasan has the function.
+ */
+extern size_t __sanitizer_get_current_allocated_bytes (void);
 static size_t
 allocated (void)
 {
