@@ -10,6 +10,13 @@
  * table wait on the shard's condition variable instead of loading twice.
  * If every slot of a shard is in use (more threads than slots), the
  * reader loads a private copy rather than waiting.
+ *
+ * Writers (holding the image's write lock, so no reader runs) change
+ * tables in their slots and mark them dirty: a dirty slot is never
+ * evicted until the commit writes it back, new tables (not yet pointed
+ * at by anything on disk) in the commit's first phase and the others in
+ * its second.  A writer that finds every slot of a shard dirty gets
+ * -EAGAIN and commits first.  Tables are 4 KiB-aligned for O_DIRECT.
  */
 #include <config.h>
 
@@ -27,6 +34,8 @@ struct l2_slot
   unsigned refs;
   bool valid;
   bool loading;
+  bool dirty;
+  bool is_new; /* dirty, and its cluster was allocated this epoch */
 };
 
 struct l2_shard
@@ -181,7 +190,7 @@ again:
           ref->table = sl->table;
           return 0;
         }
-      if (sl->refs == 0 && !sl->loading
+      if (sl->refs == 0 && !sl->loading && !sl->dirty
           && (victim == NULL
               || (victim->valid
                   && (!sl->valid || sl->last_use < victim->last_use))))
@@ -200,11 +209,11 @@ again:
   pthread_mutex_unlock (&s->lock);
 
   r = 0;
-  if (victim->table == NULL)
+  if (victim->table == NULL
+      && posix_memalign ((void **)&victim->table, 4096, c->table_bytes) != 0)
     {
-      victim->table = malloc (c->table_bytes);
-      if (victim->table == NULL)
-        r = -ENOMEM;
+      victim->table = NULL;
+      r = -ENOMEM;
     }
   if (r == 0)
     r = c->io->pread (c->io, victim->table, c->table_bytes, offset);
@@ -242,4 +251,118 @@ l2_cache_put (struct l2_ref *ref)
     }
   ref->table = NULL;
   ref->slot = NULL;
+}
+
+/* ---- writing (callers hold the image's write lock) ---- */
+
+int
+l2_cache_get_write (struct l2_cache *c, uint64_t offset, bool fresh,
+                    struct l2_ref *ref)
+{
+  struct l2_shard *s = shard_of (c, offset);
+  struct l2_slot *victim = NULL;
+  unsigned i;
+  int r = 0;
+
+  pthread_mutex_lock (&s->lock);
+  for (i = 0; i < s->nslots; ++i)
+    {
+      struct l2_slot *sl = &s->slots[i];
+      if (sl->valid && sl->offset == offset)
+        {
+          sl->refs++;
+          sl->last_use = ++s->clock;
+          if (fresh)
+            memset (sl->table, 0, c->table_bytes);
+          pthread_mutex_unlock (&s->lock);
+          ref->cache = c;
+          ref->slot = sl;
+          ref->table = sl->table;
+          return 0;
+        }
+      if (sl->refs == 0 && !sl->loading && !sl->dirty
+          && (victim == NULL
+              || (victim->valid
+                  && (!sl->valid || sl->last_use < victim->last_use))))
+        victim = sl;
+    }
+  if (victim == NULL)
+    {
+      pthread_mutex_unlock (&s->lock);
+      return -EAGAIN; /* all dirty: commit, then retry */
+    }
+  victim->valid = false;
+  victim->offset = offset;
+  victim->refs = 1;
+  victim->last_use = ++s->clock;
+  pthread_mutex_unlock (&s->lock);
+
+  if (victim->table == NULL
+      && posix_memalign ((void **)&victim->table, 4096, c->table_bytes) != 0)
+    {
+      victim->table = NULL;
+      r = -ENOMEM;
+    }
+  else if (fresh)
+    memset (victim->table, 0, c->table_bytes);
+  else
+    r = c->io->pread (c->io, victim->table, c->table_bytes, offset);
+
+  pthread_mutex_lock (&s->lock);
+  victim->valid = r == 0;
+  if (r < 0)
+    victim->refs = 0;
+  pthread_mutex_unlock (&s->lock);
+  if (r < 0)
+    return r;
+  ref->cache = c;
+  ref->slot = victim;
+  ref->table = victim->table;
+  return 0;
+}
+
+void
+l2_cache_mark_dirty (struct l2_ref *ref, bool is_new)
+{
+  struct l2_slot *sl = ref->slot;
+
+  if (!sl->dirty)
+    sl->is_new = is_new;
+  sl->dirty = true;
+}
+
+int
+l2_cache_write_dirty (struct l2_cache *c, bool new_tables)
+{
+  unsigned i, j;
+
+  for (i = 0; i < c->nshards; ++i)
+    {
+      struct l2_shard *s = &c->shards[i];
+      for (j = 0; j < s->nslots; ++j)
+        {
+          struct l2_slot *sl = &s->slots[j];
+          struct iovec iov = { sl->table, c->table_bytes };
+          int r;
+
+          if (!sl->dirty || sl->is_new != new_tables)
+            continue;
+          r = c->io->pwritev (c->io, &iov, 1, sl->offset);
+          if (r < 0)
+            return r;
+          sl->dirty = sl->is_new = false;
+        }
+    }
+  return 0;
+}
+
+unsigned
+l2_cache_dirty_count (const struct l2_cache *c)
+{
+  unsigned i, j, n = 0;
+
+  for (i = 0; i < c->nshards; ++i)
+    for (j = 0; j < c->shards[i].nslots; ++j)
+      n += c->shards[i].slots[j].dirty;
+  return n;
 }

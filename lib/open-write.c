@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qcow2-internal.h"
@@ -112,27 +113,57 @@ qcow2_open_writable (struct qcow2_image *img,
   img->host_end = (img->file_size + cs - 1) & ~(cs - 1);
   if ((highest + 1) * cs > img->host_end)
     img->host_end = (highest + 1) * cs;
-  return 0;
+
+  {
+    uint64_t sectors = ((uint64_t)img->l1_size + 63) / 64;
+    img->l1_dirty = calloc ((sectors + 63) / 64 + 1, 8);
+  }
+  if (img->l1_dirty == NULL
+      || posix_memalign ((void **)&img->cow_buf, 4096, cs) != 0)
+    {
+      img->cow_buf = NULL;
+      qcow2_set_error (err, ENOMEM, "out of memory");
+      return -1;
+    }
+  img->alloc_mode = QCOW2_ALLOC_COMPACT;
+  return qcow2_alloc_init (img, err);
 }
 
+static void
+free_write_state (struct qcow2_image *img)
+{
+  qcow2_rc_close (img);
+  qcow2_alloc_free_state (img);
+  free (img->l1_dirty);
+  free (img->pending);
+  free (img->cow_buf);
+  img->l1_dirty = img->pending = NULL;
+  img->cow_buf = NULL;
+  img->writable = false;
+}
+
+/* A last commit, then the decrements it applied (written by a second
+ * round of the refcount blocks).  A failed image writes nothing more.
+ */
 int
 qcow2_close_writable (struct qcow2_image *img, struct qcow2_error *err)
 {
-  int r;
+  int r = -1;
 
   if (img->rc == NULL)
-    return 0;
-  if (qcow2_rc_write_dirty (img, err) == -1)
-    goto out;
-  r = img->io->flush (img->io);
-  if (r < 0)
     {
-      qcow2_set_error (err, -r, "flush: %s", strerror (-r));
-      goto out;
+      free_write_state (img);
+      return 0;
     }
-  qcow2_rc_close (img);
-  return 0;
-out:
-  qcow2_rc_close (img);
-  return -1;
+  if (img->failed)
+    qcow2_set_error (err, EIO, "the image failed earlier");
+  else if (qcow2_commit (img, err) == 0 && qcow2_rc_write_dirty (img, err) == 0)
+    {
+      r = img->io->flush (img->io);
+      if (r < 0)
+        qcow2_set_error (err, -r, "flush: %s", strerror (-r));
+      r = r < 0 ? -1 : 0;
+    }
+  free_write_state (img);
+  return r;
 }

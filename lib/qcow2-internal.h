@@ -62,6 +62,23 @@ extern unsigned l2_cache_entries (const struct l2_cache *cache);
 extern int l2_cache_get (struct l2_cache *cache, uint64_t offset,
                          struct l2_ref *ref);
 extern void l2_cache_put (struct l2_ref *ref);
+/* Writing, under the image's write lock: a table in a slot (never a
+ * private copy) to change in place; 'fresh' zeroes it instead of
+ * reading (a new table).  -EAGAIN when every slot it could use is
+ * dirty: commit, then retry.
+ */
+extern int l2_cache_get_write (struct l2_cache *cache, uint64_t offset,
+                               bool fresh, struct l2_ref *ref);
+extern void l2_cache_mark_dirty (struct l2_ref *ref, bool is_new);
+/* Write back the dirty new tables, or the other dirty ones (no flush). */
+extern int l2_cache_write_dirty (struct l2_cache *cache, bool new_tables);
+extern unsigned l2_cache_dirty_count (const struct l2_cache *cache);
+
+enum qcow2_alloc_mode
+{
+  QCOW2_ALLOC_COMPACT,
+  QCOW2_ALLOC_LINEAR
+};
 
 /* ---- the image ---- */
 struct qcow2_image
@@ -112,11 +129,35 @@ struct qcow2_image
 
   /* Writing (see lib/WRITING.md); all NULL/0 when read-only. */
   bool writable;
+  /* Writers hold it exclusively, readers shared (only when writable). */
+  pthread_rwlock_t lock;
+  /* A failed commit or metadata update: every later write and flush
+   * fails, since what is in memory may no longer match the disk.
+   */
+  bool failed;
   struct refcounts *rc;
   /* End of everything allocated, cluster-aligned: may pass file_size
    * while a new cluster is not yet written.
    */
   uint64_t host_end;
+  /* L1 sectors (512 bytes, 64 entries) changed since the last commit. */
+  uint64_t *l1_dirty;
+  /* Allocation (alloc.c).  Linear: guest cluster g lives at host
+   * cluster linear_start + g when that is free; metadata goes below
+   * linear_start from meta_cursor, then past the span.  Compact: from
+   * the bump pointer, reusing freed clusters first.
+   */
+  enum qcow2_alloc_mode alloc_mode;
+  uint64_t linear_start, linear_clusters; /* in clusters */
+  uint64_t meta_cursor, bump;             /* cluster indexes */
+  uint64_t *freed;                        /* reusable cluster indexes */
+  size_t nfreed, freed_cap;
+  /* Clusters whose reference the next commit removes: decremented
+   * only once that removal is durable.
+   */
+  uint64_t *pending;
+  size_t npending, pending_cap;
+  unsigned char *cow_buf; /* one cluster, for partial-cluster writes */
 };
 
 /* Opening: qcow2_parse_header (header.c) reads the first cluster and
@@ -157,6 +198,20 @@ extern int qcow2_check_tables (struct qcow2_image *img,
  * NULL.
  */
 extern int qcow2_read_snapshots (struct qcow2_image *img, const char *want,
+                                 struct qcow2_error *err);
+
+/* read.c: the checks a table or data cluster offset from an L1 or L2
+ * entry must pass before it is used; reading without the image lock
+ * (for the writer's copy-on-write, which holds it).
+ */
+extern int qcow2_check_l2_offset (const struct qcow2_image *img,
+                                  uint64_t l2_off, uint64_t l1_idx,
+                                  struct qcow2_error *err);
+extern int qcow2_check_data_cluster (const struct qcow2_image *img,
+                                     uint64_t host, uint64_t vofs,
+                                     struct qcow2_error *err);
+extern int qcow2_pread_unlocked (struct qcow2_image *img, void *buf,
+                                 size_t count, uint64_t offset,
                                  struct qcow2_error *err);
 
 /* compress.c: read 'len' bytes at 'in_cluster' of the compressed
@@ -209,6 +264,35 @@ extern uint64_t qcow2_rc_entry_get (const void *block, unsigned order,
                                     uint64_t i);
 extern void qcow2_rc_entry_set (void *block, unsigned order, uint64_t i,
                                 uint64_t v);
+
+/* ---- allocation (alloc.c) ---- */
+extern int qcow2_alloc_init (struct qcow2_image *img, struct qcow2_error *err);
+extern void qcow2_alloc_free_state (struct qcow2_image *img);
+/* A free host cluster, its refcount set to 1: for guest cluster 'guest'
+ * (data), or for metadata ('guest' ignored).
+ */
+extern int qcow2_alloc_cluster (struct qcow2_image *img, bool metadata,
+                                uint64_t guest, uint64_t *cluster,
+                                struct qcow2_error *err);
+/* A cluster whose refcount dropped to 0 after a commit: reusable. */
+extern int qcow2_alloc_reuse (struct qcow2_image *img, uint64_t cluster);
+
+/* ---- committing (commit.c) ---- */
+/* Drop a reference to 'cluster' once the next commit is durable. */
+extern int qcow2_free_after_commit (struct qcow2_image *img, uint64_t cluster,
+                                    struct qcow2_error *err);
+extern void qcow2_l1_mark_dirty (struct qcow2_image *img, uint64_t l1_idx);
+/* Make every change so far durable, in crash-safe order.  Called with
+ * the write lock held; on failure the image is failed.
+ */
+extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
+
+/* Table entry bits. */
+#define L1E_OFFSET_MASK 0x00fffffffffffe00ULL
+#define L2E_OFFSET_MASK 0x00fffffffffffe00ULL
+#define OFLAG_COPIED (1ULL << 63)
+#define OFLAG_COMPRESSED (1ULL << 62)
+#define OFLAG_ZERO 1ULL
 
 /* L1 entries a disk of 'size' bytes needs. */
 static inline uint64_t

@@ -49,6 +49,7 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
       return NULL;
     }
   img->uid = __atomic_add_fetch (&next_uid, 1, __ATOMIC_RELAXED);
+  pthread_rwlock_init (&img->lock, NULL);
   img->io = img->data_io = io;
   if (qcow2_parse_header (img, opts, err) == -1)
     goto fail;
@@ -128,6 +129,7 @@ qcow2_close (struct qcow2_image *img)
   free (img->backing_file);
   free (img->backing_format);
   free (img->data_file);
+  pthread_rwlock_destroy (&img->lock);
   free (img);
 }
 

@@ -114,6 +114,15 @@ extern void qcow2_set_data_file (struct qcow2_image *img,
 extern int qcow2_pread (struct qcow2_image *img, void *buf, size_t count,
                         uint64_t offset, struct qcow2_error *err);
 
+/* Write [offset, offset+count) of the virtual disk (inside it) on an
+ * image opened writable.  Not durable until qcow2_flush returns.  Any
+ * failure leaves the image failed: every later write and flush fails.
+ */
+extern int qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
+                         uint64_t offset, struct qcow2_error *err);
+/* Make every completed write durable (a no-op when read-only). */
+extern int qcow2_flush (struct qcow2_image *img, struct qcow2_error *err);
+
 /* Status of the longest run starting at 'offset', at most 'max' bytes
  * (max > 0, inside the disk): sets *len and *flags (QCOW2_STATUS_*).
  */

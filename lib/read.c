@@ -18,12 +18,6 @@
 
 #include "qcow2-internal.h"
 
-/* Table entries. */
-#define L1E_OFFSET_MASK 0x00fffffffffffe00ULL
-#define L2E_OFFSET_MASK 0x00fffffffffffe00ULL
-#define OFLAG_COPIED (1ULL << 63)
-#define OFLAG_COMPRESSED (1ULL << 62)
-#define OFLAG_ZERO 1ULL
 #define BITMAP_ALL_ALLOC 0xffffffffULL
 
 /* How one (sub)cluster reads, like qemu's QCOW2_SUBCLUSTER_* types. */
@@ -96,9 +90,9 @@ classify (const struct qcow2_image *img, uint64_t e, uint64_t bm, unsigned sc)
 }
 
 /* Check the host cluster of a normal entry before anything reads it. */
-static int
-check_data_cluster (const struct qcow2_image *img, uint64_t host, uint64_t vofs,
-                    struct qcow2_error *err)
+int
+qcow2_check_data_cluster (const struct qcow2_image *img, uint64_t host,
+                          uint64_t vofs, struct qcow2_error *err)
 {
   if (host & (img->cluster_size - 1))
     {
@@ -125,6 +119,39 @@ check_data_cluster (const struct qcow2_image *img, uint64_t host, uint64_t vofs,
                        "data cluster offset %#" PRIx64 " overlaps "
                        "metadata (guest offset %#" PRIx64 ")",
                        host, vofs);
+      return -1;
+    }
+  return 0;
+}
+
+int
+qcow2_check_l2_offset (const struct qcow2_image *img, uint64_t l2_off,
+                       uint64_t l1_idx, struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+
+  if (l2_off & (cs - 1))
+    {
+      qcow2_set_error (err, EIO,
+                       "L2 table offset %#" PRIx64 " is not aligned "
+                       "(L1 index %" PRIu64 ")",
+                       l2_off, l1_idx);
+      return -1;
+    }
+  if (l2_off >= img->file_size || cs > img->file_size - l2_off)
+    {
+      qcow2_set_error (err, EIO,
+                       "L2 table offset %#" PRIx64 " is beyond the "
+                       "end of the file (L1 index %" PRIu64 ")",
+                       l2_off, l1_idx);
+      return -1;
+    }
+  if (overlaps_metadata (img, l2_off, cs))
+    {
+      qcow2_set_error (err, EIO,
+                       "L2 table offset %#" PRIx64 " overlaps "
+                       "metadata (L1 index %" PRIu64 ")",
+                       l2_off, l1_idx);
       return -1;
     }
   return 0;
@@ -162,30 +189,8 @@ get_run (struct qcow2_image *img, uint64_t off, uint64_t max, struct run *run,
     }
 
   l2_off = img->l1[l1_idx] & L1E_OFFSET_MASK;
-  if (l2_off & (cs - 1))
-    {
-      qcow2_set_error (err, EIO,
-                       "L2 table offset %#" PRIx64 " is not aligned "
-                       "(L1 index %" PRIu64 ")",
-                       l2_off, l1_idx);
-      return -1;
-    }
-  if (l2_off >= img->file_size || cs > img->file_size - l2_off)
-    {
-      qcow2_set_error (err, EIO,
-                       "L2 table offset %#" PRIx64 " is beyond the "
-                       "end of the file (L1 index %" PRIu64 ")",
-                       l2_off, l1_idx);
-      return -1;
-    }
-  if (overlaps_metadata (img, l2_off, cs))
-    {
-      qcow2_set_error (err, EIO,
-                       "L2 table offset %#" PRIx64 " overlaps "
-                       "metadata (L1 index %" PRIu64 ")",
-                       l2_off, l1_idx);
-      return -1;
-    }
+  if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
+    return -1;
   {
     int r = l2_cache_get (img->l2, l2_off, &ref);
     if (r < 0)
@@ -230,7 +235,8 @@ get_run (struct qcow2_image *img, uint64_t off, uint64_t max, struct run *run,
         break;
       /* Only check host clusters we are about to read. */
       if (t == SC_NORMAL && (pos == off || (pos & (cs - 1)) == 0)
-          && check_data_cluster (img, e & L2E_OFFSET_MASK, pos, err) == -1)
+          && qcow2_check_data_cluster (img, e & L2E_OFFSET_MASK, pos, err)
+                 == -1)
         {
           if (pos == off)
             goto fail;
@@ -299,8 +305,8 @@ read_host (struct qcow2_image *img, char *buf, uint64_t len, uint64_t host,
 }
 
 int
-qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
-             struct qcow2_error *err)
+qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
+                      uint64_t offset, struct qcow2_error *err)
 {
   char *p = buf;
 
@@ -342,9 +348,45 @@ qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
   return 0;
 }
 
+/* A writable image changes its tables in place: readers exclude the
+ * writer (until writing gets finer-grained locks, see WRITING.md).  A
+ * read-only image takes no lock at all.
+ */
+int
+qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
+             struct qcow2_error *err)
+{
+  int r;
+
+  if (!img->writable)
+    return qcow2_pread_unlocked (img, buf, count, offset, err);
+  pthread_rwlock_rdlock (&img->lock);
+  r = qcow2_pread_unlocked (img, buf, count, offset, err);
+  pthread_rwlock_unlock (&img->lock);
+  return r;
+}
+
+static int block_status_unlocked (struct qcow2_image *img, uint64_t offset,
+                                  uint64_t max, uint64_t *len, unsigned *flags,
+                                  struct qcow2_error *err);
+
 int
 qcow2_block_status (struct qcow2_image *img, uint64_t offset, uint64_t max,
                     uint64_t *len, unsigned *flags, struct qcow2_error *err)
+{
+  int r;
+
+  if (!img->writable)
+    return block_status_unlocked (img, offset, max, len, flags, err);
+  pthread_rwlock_rdlock (&img->lock);
+  r = block_status_unlocked (img, offset, max, len, flags, err);
+  pthread_rwlock_unlock (&img->lock);
+  return r;
+}
+
+static int
+block_status_unlocked (struct qcow2_image *img, uint64_t offset, uint64_t max,
+                       uint64_t *len, unsigned *flags, struct qcow2_error *err)
 {
   struct run run;
 

@@ -7,6 +7,12 @@
  *     by qemu-img, claim and count clusters (in new refcount blocks and
  *     past the table, so it grows) and write "CLUSTER REFCOUNT" lines to
  *     LIST for the test script to compare with qemu-img check's leaks.
+ *   test-qcow2-write-unit write IMAGE.qcow2 OUT.raw SEED OPS [L2-CACHE-BYTES
+ *                          [BACKING.raw]]
+ *     random writes (and flushes, reads, a close and reopen) through the
+ *     library, checked against a reference in memory after every step;
+ *     the reference is left in OUT.raw for qemu-img compare, and the
+ *     image for qemu-img check.
  * Each command exits non-zero with a message on the first failure.
  * SPDX-License-Identifier: BSD-3-Clause
  */
@@ -390,6 +396,162 @@ test_refcount (const char *path, const char *list_path)
   printf ("ok: refcount %s\n", path);
 }
 
+/* ---- writing ---- */
+
+struct wtest
+{
+  const char *path;
+  struct qcow2_open_options opts;
+  struct qcow2_hostio *io, *backing_io;
+  struct qcow2_image *img;
+  unsigned char *ref;
+  uint64_t size;
+};
+
+static void
+wt_open (struct wtest *t)
+{
+  struct qcow2_error err;
+  int fd = open (t->path, O_RDWR | O_CLOEXEC);
+
+  CHECK (fd >= 0);
+  t->io = qcow2_hostio_fd (fd);
+  t->img = qcow2_open (t->io, &t->opts, &err);
+  if (t->img == NULL)
+    die ("%s: %s", t->path, err.msg);
+  if (t->backing_io)
+    qcow2_set_backing (t->img, &qcow2_raw_layer_ops, t->backing_io,
+                       t->backing_io->get_size (t->backing_io));
+}
+
+static void
+wt_close (struct wtest *t)
+{
+  struct qcow2_error err;
+
+  if (qcow2_close_err (t->img, &err) == -1)
+    die ("close: %s", err.msg);
+  qcow2_hostio_close (t->io);
+  t->img = NULL;
+}
+
+static void
+wt_verify (struct wtest *t, uint64_t off, uint64_t len, const char *when)
+{
+  struct qcow2_error err;
+  unsigned char *buf = malloc (len ? len : 1);
+  uint64_t i;
+
+  if (qcow2_pread (t->img, buf, len, off, &err) == -1)
+    die ("%s: read %#" PRIx64 "+%" PRIu64 ": %s", when, off, len, err.msg);
+  if (memcmp (buf, t->ref + off, len) != 0)
+    {
+      for (i = 0; i < len && buf[i] == t->ref[off + i]; ++i)
+        ;
+      die ("%s: data differs at %#" PRIx64, when, off + i);
+    }
+  free (buf);
+}
+
+static uint64_t
+rnd64 (unsigned *seed)
+{
+  return (uint64_t)rand_r (seed) << 33 ^ (uint64_t)rand_r (seed) << 12
+         ^ rand_r (seed);
+}
+
+static void
+test_write (int argc, char *argv[])
+{
+  struct wtest t = { .path = argv[2] };
+  struct qcow2_error err;
+  unsigned seed = strtoul (argv[4], NULL, 0);
+  unsigned ops = strtoul (argv[5], NULL, 0), i;
+  uint64_t cs;
+  unsigned char *data;
+  FILE *fp;
+
+  t.opts.writable = true;
+  if (argc > 6)
+    t.opts.l2_cache_size = strtoull (argv[6], NULL, 0);
+  if (argc > 7)
+    {
+      int fd = open (argv[7], O_RDONLY | O_CLOEXEC);
+      CHECK (fd >= 0);
+      t.backing_io = qcow2_hostio_fd (fd);
+    }
+  wt_open (&t);
+  t.size = qcow2_get_size (t.img);
+  cs = qcow2_get_cluster_size (t.img);
+  CHECK (t.size > 0);
+  /* The reference starts as what the library reads (which the read
+   * tests compare with qemu).
+   */
+  t.ref = malloc (t.size);
+  data = malloc (4 * 1024 * 1024);
+  CHECK (t.ref && data);
+  if (qcow2_pread (t.img, t.ref, t.size, 0, &err) == -1)
+    die ("initial read: %s", err.msg);
+
+  for (i = 0; i < ops; ++i)
+    {
+      uint64_t off, len, j;
+      unsigned kind = rand_r (&seed) % 100;
+
+      /* Sizes: bytes, sub-cluster, a few clusters, whole aligned
+       * clusters, large; offsets anywhere, near the end, or reused.
+       */
+      if (kind < 30)
+        len = 1 + rand_r (&seed) % 700;
+      else if (kind < 60)
+        len = 1 + rand_r (&seed) % (3 * cs);
+      else if (kind < 80)
+        len = cs * (1 + rand_r (&seed) % 8);
+      else
+        len = 1 + rand_r (&seed) % (4 * 1024 * 1024);
+      if (len > t.size)
+        len = t.size;
+      off = rnd64 (&seed) % (t.size - len + 1);
+      if (kind >= 60 && kind < 80)
+        off &= ~(cs - 1);
+      if (rand_r (&seed) % 10 == 0)
+        off = t.size - len;
+      if (off + len > t.size)
+        len = t.size - off;
+      for (j = 0; j < len; ++j)
+        data[j] = (unsigned char)(i * 31 + j / 512 + 1);
+      if (qcow2_pwrite (t.img, data, len, off, &err) == -1)
+        die ("op %u: write %#" PRIx64 "+%" PRIu64 ": %s", i, off, len, err.msg);
+      memcpy (t.ref + off, data, len);
+      /* Around the write: the edges the copy-on-write filled in. */
+      {
+        uint64_t lo = off >= 2 * cs ? off - 2 * cs : 0;
+        uint64_t hi = off + len + 2 * cs < t.size ? off + len + 2 * cs : t.size;
+        wt_verify (&t, lo, hi - lo, "after a write");
+      }
+      if (rand_r (&seed) % 8 == 0 && qcow2_flush (t.img, &err) == -1)
+        die ("flush: %s", err.msg);
+      if (i == ops / 2)
+        {
+          /* What was written survives closing (all of it, flushed or
+           * not: close commits).
+           */
+          wt_close (&t);
+          wt_open (&t);
+          wt_verify (&t, 0, t.size, "after reopening");
+        }
+    }
+  wt_verify (&t, 0, t.size, "at the end");
+  wt_close (&t);
+
+  fp = fopen (argv[3], "wb");
+  CHECK (fp && fwrite (t.ref, 1, t.size, fp) == t.size && fclose (fp) == 0);
+  qcow2_hostio_close (t.backing_io);
+  free (t.ref);
+  free (data);
+  printf ("ok: write %s (%u ops)\n", t.path, ops);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -397,7 +559,11 @@ main (int argc, char *argv[])
     test_hostio (argv[2]);
   else if (argc == 4 && strcmp (argv[1], "refcount") == 0)
     test_refcount (argv[2], argv[3]);
+  else if (argc >= 6 && argc <= 8 && strcmp (argv[1], "write") == 0)
+    test_write (argc, argv);
   else
-    die ("usage: %s hostio DIR | refcount IMAGE LIST", argv[0]);
+    die ("usage: %s hostio DIR | refcount IMAGE LIST | write IMAGE OUT SEED "
+         "OPS [L2-CACHE [BACKING]]",
+         argv[0]);
   return 0;
 }

@@ -1,0 +1,263 @@
+/* nbdstack qcow2 library: writing the virtual disk.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * A guest range is written one cluster at a time.  A cluster that is
+ * ours alone (COPIED, a normal data cluster whose refcount is 1) is
+ * overwritten in place: no metadata changes.  Anything else (never
+ * written, zero, compressed, shared) gets a new cluster: the part of it
+ * the request does not cover is what the guest reads there now (the
+ * backing file, zeroes, the decompressed or shared data), copied in the
+ * same pwritev as the request's data; then the L2 entry points at it.
+ * The old cluster's reference is dropped after the commit that removes
+ * it (commit.c).  The data is durable before the entry that points at
+ * it because every entry is written only in a commit's second phase.
+ *
+ * This is the single-threaded form: the image's write lock is held for
+ * the whole request, and a request that needs a cache slot while every
+ * slot is dirty commits in the middle (the state between two clusters
+ * is always consistent).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcow2-internal.h"
+
+static int
+failed_image (struct qcow2_image *img, struct qcow2_error *err)
+{
+  qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
+  return -1;
+}
+
+/* A slot for the table at 'offset', committing while none is free. */
+static int
+get_write (struct qcow2_image *img, uint64_t offset, bool fresh,
+           struct l2_ref *ref, struct qcow2_error *err)
+{
+  for (;;)
+    {
+      int r = l2_cache_get_write (img->l2, offset, fresh, ref);
+      if (r == 0)
+        return 0;
+      if (r != -EAGAIN)
+        {
+          qcow2_set_error (err, -r, "L2 table at %#" PRIx64 ": %s", offset,
+                           strerror (-r));
+          return -1;
+        }
+      if (qcow2_commit (img, err) == -1)
+        return -1;
+    }
+}
+
+/* The L2 table covering L1 index 'l1_idx', made if missing.  *is_new:
+ * the table is not on disk yet.
+ */
+static int
+get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx, struct l2_ref *ref,
+                  bool *is_new, struct qcow2_error *err)
+{
+  uint64_t l1e = img->l1[l1_idx];
+  uint64_t l2_off = l1e & L1E_OFFSET_MASK, c;
+
+  if (l2_off == 0)
+    {
+      if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1)
+        return -1;
+      if (get_write (img, c << img->cluster_bits, true, ref, err) == -1)
+        return -1; /* c stays counted: a leak, never a corruption */
+      img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
+      qcow2_l1_mark_dirty (img, l1_idx);
+      *is_new = true;
+      return 0;
+    }
+  if (!(l1e & OFLAG_COPIED))
+    {
+      /* Shared with a snapshot: not without snapshots (refused at
+       * open), so the image is inconsistent.
+       */
+      qcow2_set_error (err, EIO,
+                       "L2 table at %#" PRIx64 " is shared (no COPIED flag)",
+                       l2_off);
+      return -1;
+    }
+  if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
+    return -1;
+  *is_new = false;
+  return get_write (img, l2_off, false, ref, err);
+}
+
+/* Drop the references the old entry 'e' held, after the next commit. */
+static int
+free_old (struct qcow2_image *img, uint64_t e, struct qcow2_error *err)
+{
+  if (e & OFLAG_COMPRESSED)
+    {
+      /* Its sectors may share host clusters with neighbours: each host
+       * cluster it touches holds one reference for it.
+       */
+      uint64_t coffset = e & img->coffset_mask;
+      uint64_t nb = ((e >> img->csize_shift) & img->csize_mask) + 1;
+      uint64_t start = coffset & ~511ULL, end = start + nb * 512, c;
+
+      for (c = start >> img->cluster_bits; c <= (end - 1) >> img->cluster_bits;
+           ++c)
+        if (qcow2_free_after_commit (img, c, err) == -1)
+          return -1;
+      return 0;
+    }
+  if ((e & L2E_OFFSET_MASK) && !(e & OFLAG_COPIED))
+    return qcow2_free_after_commit (
+        img, (e & L2E_OFFSET_MASK) >> img->cluster_bits, err);
+  return 0;
+}
+
+static int
+io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
+{
+  qcow2_set_error (err, -r, "%s at %#" PRIx64 ": %s", what, off, strerror (-r));
+  return -1;
+}
+
+/* Write [off, off+n) (inside one cluster) from 'data'. */
+static int
+write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
+               uint64_t n, struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+  const uint64_t in = off & (cs - 1), gstart = off - in;
+  const uint64_t l1_idx = off >> (img->cluster_bits + img->l2_bits);
+  const uint64_t l2_idx
+      = (off >> img->cluster_bits) & ((1ULL << img->l2_bits) - 1);
+  struct l2_ref ref;
+  bool is_new;
+  uint64_t *ent, e, host, c, v;
+  struct iovec iov[3];
+  int niov = 0, r = -1;
+
+  if (get_l2_for_write (img, l1_idx, &ref, &is_new, err) == -1)
+    return -1;
+  ent = (uint64_t *)ref.table + l2_idx;
+  e = get_be64 (ent);
+  host = e & L2E_OFFSET_MASK;
+
+  if (!(e & OFLAG_COMPRESSED) && host && (e & OFLAG_COPIED))
+    {
+      if (qcow2_check_data_cluster (img, host, off, err) == -1
+          || qcow2_rc_get (img, host >> img->cluster_bits, &v, err) == -1)
+        goto out;
+      if (v != 1)
+        {
+          qcow2_set_error (err, EIO,
+                           "cluster %#" PRIx64 " is marked as ours alone "
+                           "(COPIED) but its refcount is %" PRIu64,
+                           host, v);
+          goto out;
+        }
+      if (!(e & OFLAG_ZERO))
+        {
+          /* The common case of an upload overwriting: data only. */
+          r = qcow2_hostio_pwrite (img->io, data, n, host + in);
+          if (r < 0)
+            io_error (err, r, "writing data", host + in);
+          r = r < 0 ? -1 : 0;
+          goto out;
+        }
+      /* Preallocated zero cluster: keep the host cluster, zero what the
+       * request does not cover.
+       */
+      memset (img->cow_buf, 0, cs);
+      c = host >> img->cluster_bits;
+    }
+  else
+    {
+      if (qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err)
+          == -1)
+        goto out;
+      if (n < cs)
+        {
+          /* What the guest reads there now, up to the end of the disk. */
+          uint64_t len = img->size - gstart < cs ? img->size - gstart : cs;
+          memset (img->cow_buf + len, 0, cs - len);
+          if (qcow2_pread_unlocked (img, img->cow_buf, len, gstart, err) == -1)
+            goto out;
+        }
+      if (free_old (img, e, err) == -1)
+        goto out;
+    }
+
+  if (in > 0)
+    iov[niov++] = (struct iovec){ img->cow_buf, in };
+  iov[niov++] = (struct iovec){ (void *)data, n };
+  if (in + n < cs)
+    iov[niov++] = (struct iovec){ img->cow_buf + in + n, cs - in - n };
+  r = img->io->pwritev (img->io, iov, niov, c << img->cluster_bits);
+  if (r < 0)
+    {
+      io_error (err, r, "writing data", c << img->cluster_bits);
+      r = -1;
+      goto out;
+    }
+  put_be64 (ent, (c << img->cluster_bits) | OFLAG_COPIED);
+  l2_cache_mark_dirty (&ref, is_new);
+  r = 0;
+out:
+  l2_cache_put (&ref);
+  return r;
+}
+
+int
+qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
+              uint64_t offset, struct qcow2_error *err)
+{
+  const char *p = buf;
+  int r = 0;
+
+  if (!img->writable)
+    {
+      qcow2_set_error (err, EROFS, "the image is open read-only");
+      return -1;
+    }
+  if (offset > img->size || count > img->size - offset)
+    {
+      qcow2_set_error (err, EINVAL, "write beyond the end of the disk");
+      return -1;
+    }
+  pthread_rwlock_wrlock (&img->lock);
+  if (img->failed)
+    r = failed_image (img, err);
+  while (r == 0 && count > 0)
+    {
+      uint64_t n = img->cluster_size - (offset & (img->cluster_size - 1));
+      if (n > count)
+        n = count;
+      r = write_cluster (img, p, offset, n, err);
+      p += n;
+      offset += n;
+      count -= n;
+    }
+  /* Metadata in memory may be half-changed: refuse further writes
+   * rather than commit a guess.
+   */
+  if (r == -1)
+    img->failed = true;
+  pthread_rwlock_unlock (&img->lock);
+  return r;
+}
+
+int
+qcow2_flush (struct qcow2_image *img, struct qcow2_error *err)
+{
+  int r;
+
+  if (!img->writable)
+    return 0;
+  pthread_rwlock_wrlock (&img->lock);
+  r = qcow2_commit (img, err);
+  pthread_rwlock_unlock (&img->lock);
+  return r;
+}
