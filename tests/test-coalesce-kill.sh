@@ -40,24 +40,24 @@ delays=(delay-write=3ms delay-zero=3ms delay-trim=3ms)
 
 # Flushes do the write-back (the writers wait 10 s): a flush is busy
 # writing older data while the next overwrites, zeroes and trims come.
-kill_case flushes --secs=1 -- --filter="$CO" "${below[@]}" \
+kill_case flushes --secs=0.7 -- --filter="$CO" "${below[@]}" \
   "$IMAGE_PLUGIN" file="$T/flushes.img" "${delays[@]}" \
   coalesce-size=4M coalesce-delay=10000 coalesce-threads=2 \
   coalesce-max-write=4096
 
 # The writers race the flushes: short delay, eight writers, a small
 # buffer under back-pressure.
-kill_case writers --secs=1 -- --filter="$CO" "${below[@]}" \
+kill_case writers --secs=0.7 -- --filter="$CO" "${below[@]}" \
   "$IMAGE_PLUGIN" file="$T/writers.img" "${delays[@]}" \
   coalesce-size=1M coalesce-delay=5 coalesce-threads=8 \
   coalesce-max-write=4096
 
 # Defaults, over nbdkit's own file plugin.
-kill_case defaults --secs=1 -- --filter="$CO" "${below[@]}" \
+kill_case defaults --secs=0.7 -- --filter="$CO" "${below[@]}" \
   file "$T/defaults.img" delay-write=1ms delay-zero=2ms delay-trim=2ms
 
 # Writethrough: every acknowledged request is durable below.
-kill_case writethrough --secs=1 --all-acked -- --filter="$CO" \
+kill_case writethrough --secs=0.7 --all-acked -- --filter="$CO" \
   "${below[@]}" "$IMAGE_PLUGIN" file="$T/writethrough.img" "${delays[@]}" \
   coalesce-mode=writethrough coalesce-max-write=4096
 
