@@ -13,6 +13,12 @@
  *     library, checked against a reference in memory after every step;
  *     the reference is left in OUT.raw for qemu-img compare, and the
  *     image for qemu-img check.
+ *   test-qcow2-write-unit crash IMAGE.qcow2 DIR SEED OPS IMAGES
+ *     random writes and flushes through a recording hostio, then IMAGES
+ *     images a power failure could have left at random points of the
+ *     log: each must open and keep every byte the last completed flush
+ *     made durable (bytes written after it may read old or new); they
+ *     are left in DIR/crash-N.qcow2 for qemu-img check.
  * Each command exits non-zero with a message on the first failure.
  * SPDX-License-Identifier: BSD-3-Clause
  */
@@ -60,6 +66,24 @@ die (const char *fs, ...)
         die ("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror (-r_));      \
     }                                                                          \
   while (0)
+
+static unsigned char *
+slurp (const char *path, size_t *len)
+{
+  FILE *fp = fopen (path, "rb");
+  unsigned char *buf;
+  long n;
+
+  if (fp == NULL || fseek (fp, 0, SEEK_END) == -1 || (n = ftell (fp)) < 0)
+    die ("%s: %s", path, strerror (errno));
+  rewind (fp);
+  buf = malloc (n ? n : 1);
+  if (buf == NULL || fread (buf, 1, n, fp) != (size_t)n)
+    die ("%s: read failed", path);
+  fclose (fp);
+  *len = n;
+  return buf;
+}
 
 static bool
 all_bytes (const unsigned char *p, size_t len, unsigned char c)
@@ -552,6 +576,161 @@ test_write (int argc, char *argv[])
   printf ("ok: write %s (%u ops)\n", t.path, ops);
 }
 
+/* ---- crash images ---- */
+
+struct crash_op
+{
+  size_t ev_start, ev_end; /* recorded events before and after the op */
+  bool flush;
+  uint64_t off, len;     /* a write */
+  unsigned char *stable; /* flush: the disk as it was made durable */
+};
+
+static void
+check_crash_image (const unsigned char *file, size_t len,
+                   const struct crash_op *ops, size_t nops, size_t upto,
+                   uint64_t size, const unsigned char *initial_disk,
+                   const char *name)
+{
+  struct qcow2_open_options opts = { .l2_cache_size = 1 };
+  struct qcow2_error err;
+  struct qcow2_hostio *io = qcow2_hostio_mem (file, len);
+  struct qcow2_image *img = qcow2_open (io, &opts, &err);
+  const unsigned char *stable = initial_disk;
+  unsigned char *disk = malloc (size), *unstable = calloc (size, 1);
+  size_t i, last_flush = 0;
+  uint64_t j;
+
+  if (img == NULL)
+    die ("%s: does not open: %s", name, err.msg);
+  if (qcow2_pread (img, disk, size, 0, &err) == -1)
+    die ("%s: does not read: %s", name, err.msg);
+  /* The last flush that completed before the crash, and every write
+   * that may have reached the disk after it started.
+   */
+  for (i = 0; i < nops && ops[i].ev_end <= upto; ++i)
+    if (ops[i].flush)
+      {
+        stable = ops[i].stable;
+        last_flush = i + 1;
+      }
+  for (i = last_flush; i < nops && ops[i].ev_start < upto; ++i)
+    if (!ops[i].flush)
+      memset (unstable + ops[i].off, 1, ops[i].len);
+  /* A flush that had started covers nothing more than the one before
+   * it for writes after it started; writes before it are in 'stable'
+   * only if it completed, so an unfinished flush's writes stay
+   * unstable (handled: they come after last_flush).
+   */
+  for (j = 0; j < size; ++j)
+    if (!unstable[j] && disk[j] != stable[j])
+      die ("%s: flushed byte %#" PRIx64 " reads %#x, expected %#x (crash "
+           "after event %zu)",
+           name, j, disk[j], stable[j], upto);
+  qcow2_close (img);
+  qcow2_hostio_close (io);
+  free (disk);
+  free (unstable);
+}
+
+static void
+test_crash (char *argv[])
+{
+  const char *path = argv[2], *dir = argv[3];
+  unsigned seed = strtoul (argv[4], NULL, 0);
+  unsigned nops = strtoul (argv[5], NULL, 0);
+  unsigned nimages = strtoul (argv[6], NULL, 0);
+  struct qcow2_open_options opts
+      = { .writable = true, .l2_cache_size = 1, .refcount_cache_blocks = 4 };
+  struct qcow2_error err;
+  struct qcow2_hostio *mem, *rec;
+  struct qcow2_image *img;
+  struct crash_op *ops = calloc (nops + 1, sizeof *ops);
+  unsigned char *initial, *ref, *initial_disk, *data;
+  size_t initial_len, nev, i;
+  uint64_t size, cs;
+  unsigned k, flushes = 0;
+
+  initial = slurp (path, &initial_len);
+  mem = qcow2_hostio_mem_rw (initial, initial_len, 0, false);
+  rec = qcow2_hostio_record (mem);
+  img = qcow2_open (rec, &opts, &err);
+  if (img == NULL)
+    die ("%s: %s", path, err.msg);
+  size = qcow2_get_size (img);
+  cs = qcow2_get_cluster_size (img);
+  ref = malloc (size);
+  initial_disk = malloc (size);
+  data = malloc (8 * cs);
+  if (qcow2_pread (img, ref, size, 0, &err) == -1)
+    die ("initial read: %s", err.msg);
+  memcpy (initial_disk, ref, size);
+
+  for (i = 0; i < nops; ++i)
+    {
+      struct crash_op *op = &ops[i];
+
+      op->ev_start = qcow2_record_count (rec);
+      if (rand_r (&seed) % 6 == 0)
+        {
+          op->flush = true;
+          if (qcow2_flush (img, &err) == -1)
+            die ("flush: %s", err.msg);
+          op->stable = malloc (size);
+          memcpy (op->stable, ref, size);
+          flushes++;
+        }
+      else
+        {
+          uint64_t j;
+          op->len = 1 + rand_r (&seed) % (rand_r (&seed) % 2 ? 8 * cs : cs);
+          if (op->len > size)
+            op->len = size;
+          op->off = rnd64 (&seed) % (size - op->len + 1);
+          for (j = 0; j < op->len; ++j)
+            data[j] = (unsigned char)(i * 7 + j / 512 + 1);
+          if (qcow2_pwrite (img, data, op->len, op->off, &err) == -1)
+            die ("write: %s", err.msg);
+          memcpy (ref + op->off, data, op->len);
+        }
+      op->ev_end = qcow2_record_count (rec);
+    }
+  nev = qcow2_record_count (rec);
+  CHECK (flushes > 2 && nev > nops);
+
+  for (k = 0; k < nimages; ++k)
+    {
+      /* Every point of the log is a possible crash; the last image is
+       * the whole log, as close to the end as it gets.
+       */
+      size_t upto = k + 1 == nimages ? nev : rand_r (&seed) % (nev + 1);
+      unsigned char *file;
+      size_t len;
+      char name[4096];
+      FILE *fp;
+
+      OK (qcow2_record_crash_image (rec, initial, initial_len, upto, &seed,
+                                    &file, &len));
+      snprintf (name, sizeof name, "%s/crash-%u.qcow2", dir, k);
+      check_crash_image (file, len, ops, nops, upto, size, initial_disk, name);
+      fp = fopen (name, "wb");
+      CHECK (fp && fwrite (file, 1, len, fp) == len && fclose (fp) == 0);
+      free (file);
+    }
+  qcow2_close (img);
+  qcow2_hostio_close (rec);
+  qcow2_hostio_close (mem);
+  for (i = 0; i < nops; ++i)
+    free (ops[i].stable);
+  free (ops);
+  free (initial);
+  free (initial_disk);
+  free (ref);
+  free (data);
+  printf ("ok: crash %s: %zu events, %u flushes, %u images\n", path, nev,
+          flushes, nimages);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -561,9 +740,11 @@ main (int argc, char *argv[])
     test_refcount (argv[2], argv[3]);
   else if (argc >= 6 && argc <= 8 && strcmp (argv[1], "write") == 0)
     test_write (argc, argv);
+  else if (argc == 7 && strcmp (argv[1], "crash") == 0)
+    test_crash (argv);
   else
     die ("usage: %s hostio DIR | refcount IMAGE LIST | write IMAGE OUT SEED "
-         "OPS [L2-CACHE [BACKING]]",
+         "OPS [L2-CACHE [BACKING]] | crash IMAGE DIR SEED OPS IMAGES",
          argv[0]);
   return 0;
 }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Power failures during writes through the qcow2 library: a recording
+# hostio logs every write and flush, and 1200 images a crash could have
+# left (everything a completed flush made durable, any subset of later
+# writes, torn at sectors) are built at random points of the log (see
+# test_crash in test-qcow2-write-unit.c, which checks that each opens
+# and keeps all flushed data).  qemu-img check must accept every one:
+# leaks are allowed (exit 3), errors never.
+# SPDX-License-Identifier: BSD-3-Clause
+. ./functions.sh
+require qemu-img
+unit=$abs_builddir/test-qcow2-write-unit
+cd "$T"
+
+crash () # NAME SEED
+{
+  local name=$1 seed=$2 f rc n=0
+  mkdir $name.d
+  "$unit" crash $name.qcow2 $name.d $seed 300 300
+  for f in $name.d/crash-*.qcow2; do
+    rc=0
+    "$QEMU_IMG" check $f >check.out 2>&1 || rc=$?
+    { [ $rc -eq 0 ] || [ $rc -eq 3 ]; } ||
+      fail "$f: qemu-img check exit $rc: $(head -20 check.out)"
+    n=$((n + 1))
+  done
+  [ $n -eq 300 ] || fail "$name: $n crash images, expected 300"
+  rm -rf $name.d
+}
+
+# 512-byte clusters and 64-bit refcounts: refcount blocks are made and
+# the table grows during the run.
+"$QEMU_IMG" create -q -f qcow2 -o cluster_size=512,refcount_bits=64 rc64.qcow2 2M
+crash rc64 1
+"$QEMU_IMG" create -q -f qcow2 -o cluster_size=4k,refcount_bits=1 rc1.qcow2 4M
+crash rc1 2
+"$QEMU_IMG" create -q -f qcow2 -o compat=0.10,cluster_size=1k v2.qcow2 3M
+crash v2 3
+# Compressed clusters: overwriting them frees clusters after commits.
+head -c 2M /dev/urandom | base64 -w 0 | head -c 3M >text.raw
+"$QEMU_IMG" convert -c -f raw -O qcow2 -o cluster_size=2k text.raw comp.qcow2
+crash comp 4
