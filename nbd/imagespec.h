@@ -1,0 +1,99 @@
+/* nbdstack-nbd: what qemu-nbd's FILE argument names.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * qemu-nbd takes a plain filename, a 'json:{...}' pseudo-filename or,
+ * with --image-opts, a 'key=value,...' list.  The last two describe a
+ * graph of block nodes; qemu flattens it into dotted keys
+ * ("file.filename") before it looks at it, and so do we.  Only the
+ * graphs the image plugin and the offset filter can serve are accepted:
+ *
+ *   [raw (offset, size)] over [qcow2 | raw | probed format] over
+ *   file | host_device
+ *
+ * Anything else is refused with one line that names the option.
+ */
+#ifndef NBDSTACK_NBD_IMAGESPEC_H
+#define NBDSTACK_NBD_IMAGESPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum opt_type
+{
+  OPT_STRING,
+  OPT_NUMBER,
+  OPT_BOOL,
+  OPT_NULL
+};
+
+/* One leaf of the flattened option tree. */
+struct flat_opt
+{
+  char *key;   /* "file.filename" */
+  char *value; /* text as given; "true"/"false" for JSON booleans */
+  enum opt_type type;
+  bool used; /* consumed by the interpreter */
+};
+
+struct flat_opts
+{
+  struct flat_opt *v;
+  size_t n;
+};
+
+/* Parse the text after "json:" into OUT.  On error returns -1 and sets
+ * *ERR to a malloc'd message.
+ */
+extern int json_flatten (const char *text, struct flat_opts *out, char **err);
+
+/* Parse a QemuOpts string ("driver=raw,file.filename=a,,b") into OUT. */
+extern int image_opts_flatten (const char *text, struct flat_opts *out,
+                               char **err);
+
+extern void flat_opts_free (struct flat_opts *opts);
+
+enum image_format
+{
+  FORMAT_PROBE, /* look at the file, as qemu does without -f */
+  FORMAT_RAW,
+  FORMAT_QCOW2
+};
+
+enum image_protocol
+{
+  PROTOCOL_ANY,        /* plain filename: a file or a block device */
+  PROTOCOL_FILE,       /* must be a regular file */
+  PROTOCOL_HOST_DEVICE /* must be a block device */
+};
+
+struct image_spec
+{
+  char *path;
+  enum image_protocol protocol;
+  enum image_format format;
+  bool backing_none; /* "backing": null */
+  bool read_only;    /* "read-only": true on some layer */
+
+  /* A raw layer with offset and/or size above the format layer. */
+  bool has_range;
+  uint64_t range_offset;
+  bool has_range_size;
+  uint64_t range_size;
+};
+
+/* Interpret FILENAME (with IMAGE_OPTS set: a --image-opts string) and
+ * the -f FORMAT (or NULL).  On error returns -1 and sets *ERR.
+ */
+extern int image_spec_parse (const char *filename, bool image_opts,
+                             const char *format, struct image_spec *spec,
+                             char **err);
+
+extern void image_spec_free (struct image_spec *spec);
+
+/* qemu's size syntax: a number with an optional K, M, G, T, P or E
+ * suffix (powers of 1024).  Returns -1 if TEXT is not one.
+ */
+extern int parse_qemu_size (const char *text, uint64_t *out);
+
+#endif /* NBDSTACK_NBD_IMAGESPEC_H */

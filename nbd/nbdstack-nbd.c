@@ -1,0 +1,1300 @@
+/* nbdstack-nbd: a qemu-nbd command line, served by nbdkit.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Pipelines (oVirt imageio, vdsm, scripts) start their NBD server as
+ * qemu-nbd.  This command takes the same command line, translates it
+ * into an nbdkit command line with the image plugin and our filters,
+ * and execs nbdkit, so that the running server is nbdkit and those
+ * pipelines switch by changing one program name.
+ *
+ * Options are parsed with the same getopt_long table as qemu-nbd 7.2,
+ * and checked in the same order with the same outcome: what qemu-nbd
+ * refuses, this refuses (exit 1); what it accepts is either served
+ * with the same meaning or refused with one line naming the option.
+ * Nothing is silently ignored.  See nbdstack-nbd.pod for the table.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "imagespec.h"
+#include "probe.h"
+#include "settings.h"
+
+/* The qemu-nbd whose command line this implements.  The first line of
+ * --version puts it where qemu-nbd puts its own version, because tools
+ * parse it: imageio passes --allocation-depth and "backing": null only
+ * to qemu-nbd >= 5.2.0, and fails to parse anything that is not a
+ * dotted version.
+ */
+#define QEMU_NBD_COMPAT_VERSION "7.2.0"
+
+/* qemu's NBD_MAX_STRING_SIZE: longer names and descriptions are
+ * refused by qemu-nbd, and by the NBD protocol.
+ */
+#define NBD_MAX_STRING 4096
+
+static const char *progname = "nbdstack-nbd";
+
+static void __attribute__ ((format (printf, 1, 2), noreturn))
+die (const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf (stderr, "%s: ", progname);
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fputc ('\n', stderr);
+  exit (EXIT_FAILURE);
+}
+
+static void __attribute__ ((format (printf, 1, 2))) warn (const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf (stderr, "%s: warning: ", progname);
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fputc ('\n', stderr);
+}
+
+enum cache_mode
+{
+  CACHE_WRITEBACK,
+  CACHE_NONE,
+  CACHE_WRITETHROUGH,
+  CACHE_DIRECTSYNC,
+  CACHE_UNSAFE
+};
+
+enum detect_zeroes
+{
+  DZ_OFF,
+  DZ_ON,
+  DZ_UNMAP
+};
+
+/* The parsed command line. */
+struct cmdline
+{
+  const char *bind, *port, *sockpath;
+  const char *export_name, *description;
+  int shared;
+  bool persistent, verbose;
+  uint64_t offset; /* -o; 0 means none, as in qemu-nbd */
+  bool readonly;
+  const char *snapshot; /* -l */
+  const char *format;
+  bool image_opts;
+  bool seen_cache;
+  enum cache_mode cache;
+  bool seen_aio, aio_native;
+  bool seen_discard, discard_unmap;
+  enum detect_zeroes detect_zeroes;
+  bool alloc_depth;
+  bool fork_process;
+  const char *pid_file;
+  const char *selinux_label;
+  const char *filename;
+  char *refusal; /* the first option we cannot honour, and why */
+};
+
+/* Remember the first option we cannot honour.  It is reported after
+ * parsing, as qemu-nbd reports its own late errors, so that --help and
+ * --version still work on any command line, as they do there.
+ */
+static void __attribute__ ((format (printf, 2, 3)))
+refuse (struct cmdline *c, const char *fmt, ...)
+{
+  va_list ap;
+
+  if (c->refusal)
+    return;
+  va_start (ap, fmt);
+  if (vasprintf (&c->refusal, fmt, ap) == -1)
+    c->refusal = NULL;
+  va_end (ap);
+  if (c->refusal == NULL)
+    die ("out of memory");
+}
+
+/* ---- nbdkit itself */
+
+static const char *
+nbdkit_program (void)
+{
+  const char *p = getenv ("NBDSTACK_NBDKIT");
+
+  return p && *p ? p : "nbdkit";
+}
+
+/* "1.32.5" from `nbdkit --version`, or NULL if it cannot be run. */
+static char *
+nbdkit_version (void)
+{
+  int fds[2], status;
+  char buf[256], *v = NULL, *sp;
+  size_t len = 0;
+  ssize_t n;
+  pid_t pid;
+
+  if (pipe2 (fds, O_CLOEXEC) == -1)
+    return NULL;
+  pid = fork ();
+  if (pid == -1)
+    {
+      close (fds[0]);
+      close (fds[1]);
+      return NULL;
+    }
+  if (pid == 0)
+    {
+      int null = open ("/dev/null", O_RDWR);
+
+      dup2 (fds[1], STDOUT_FILENO);
+      if (null >= 0)
+        dup2 (null, STDERR_FILENO);
+      execlp (nbdkit_program (), nbdkit_program (), "--version", NULL);
+      _exit (127);
+    }
+  close (fds[1]);
+  while (len < sizeof buf - 1
+         && (n = read (fds[0], buf + len, sizeof buf - 1 - len)) != 0)
+    {
+      if (n == -1)
+        {
+          if (errno == EINTR)
+            continue;
+          break;
+        }
+      len += n;
+    }
+  buf[len] = '\0';
+  close (fds[0]);
+  while (waitpid (pid, &status, 0) == -1 && errno == EINTR)
+    ;
+  if (!WIFEXITED (status) || WEXITSTATUS (status) != 0)
+    return NULL;
+  /* "nbdkit 1.32.5\n" */
+  sp = strchr (buf, ' ');
+  if (sp == NULL)
+    return NULL;
+  sp++;
+  sp[strcspn (sp, " \n")] = '\0';
+  if (*sp)
+    v = strdup (sp);
+  return v;
+}
+
+/* Where our plugin and filters are: a build tree (NBDSTACK_BUILDDIR,
+ * for the test suite) or the directories they were installed into.
+ * Our filters are always named by path, so a private install does not
+ * depend on nbdkit's own filterdir.
+ */
+static char *
+component_path (const char *kind, const char *name)
+{
+  const char *builddir = getenv ("NBDSTACK_BUILDDIR");
+  char *p;
+  int r;
+
+  if (builddir && *builddir)
+    r = asprintf (&p, "%s/%ss/%s/.libs/nbdkit-%s-%s.so", builddir, kind, name,
+                  name, kind);
+  else
+    r = asprintf (&p, "%s/nbdkit-%s-%s.so",
+                  strcmp (kind, "plugin") == 0 ? PLUGINDIR : FILTERDIR, name,
+                  kind);
+  if (r == -1)
+    die ("out of memory");
+  if (access (p, R_OK) == -1)
+    die ("%s: %m (is nbdstack installed? NBDSTACK_BUILDDIR names a build "
+         "tree)",
+         p);
+  return p;
+}
+
+/* ---- help and version */
+
+static void
+usage (void)
+{
+  /* clang-format off */
+  printf (
+"Usage: %s [OPTIONS] FILE\n"
+"A qemu-nbd compatible command: serves FILE with nbdkit, the nbdstack image\n"
+"plugin and the nbdstack filters.  The command line is qemu-nbd's.\n"
+"\n"
+"Connection properties:\n"
+"  -p, --port=PORT           port to listen on (default `10809')\n"
+"  -b, --bind=IFACE          interface to bind to (default `0.0.0.0')\n"
+"  -k, --socket=PATH         path to the unix socket\n"
+"  -e, --shared=NUM          serve at most NUM clients at once (default 1,\n"
+"                            0 for no limit); more are refused, not queued\n"
+"  -t, --persistent          don't exit when the last client leaves\n"
+"  -v, --verbose             nbdkit -v\n"
+"  -x, --export-name=NAME    the export's name (default is empty string)\n"
+"  -D, --description=TEXT    the export's description\n"
+"  --fork                    fork off the server and exit once it is ready\n"
+"  --pid-file=PATH           store the server's (nbdkit's) process ID there\n"
+"  --selinux-label=LABEL     nbdkit --selinux-label (needs --socket)\n"
+"  systemd socket activation (LISTEN_FDS=1) is passed to nbdkit\n"
+"\n"
+"The image:\n"
+"  FILE                      a file or block device, file:PATH,\n"
+"                            host_device:PATH, or json:{...} with drivers\n"
+"                            raw (offset, size), qcow2 (\"backing\": null),\n"
+"                            file, host_device\n"
+"  --image-opts              FILE is driver=...,file.filename=... instead\n"
+"  -f, --format=FORMAT       raw or qcow2 (default: probed; qcow2 is\n"
+"                            read-only for now, give -r)\n"
+"  -r, --read-only           export read-only\n"
+"  -o, --offset=OFFSET       offset into the image\n"
+"  -l, --load-snapshot=SNAPSHOT_PARAM\n"
+"                            serve a qcow2 internal snapshot, read-only:\n"
+"                            ID_OR_NAME, snapshot.id=ID or snapshot.name=NAME\n"
+"\n"
+"Behaviour:\n"
+"  -n, --nocache             same as --cache=none\n"
+"      --cache=MODE          none, directsync (O_DIRECT), writeback (default),\n"
+"                            writethrough, unsafe: qemu's meaning of each\n"
+"      --aio=MODE            native, io_uring or threads: accepted, no effect\n"
+"      --discard=MODE        ignore (default) or unmap\n"
+"      --detect-zeroes=MODE  off (default), on or unmap (needs --discard=unmap)\n"
+"  -A, --allocation-depth    accepted with a warning: qemu:allocation-depth\n"
+"                            is not offered (nbdkit has no way to)\n"
+"\n"
+"Refused with exit status 1 (see nbdstack-nbd(1) for why):\n"
+"  -s/--snapshot, -c/--connect, -d/--disconnect, -L/--list, -B/--bitmap,\n"
+"  -T/--trace, --object, --tls-creds, --tls-authz, --tls-hostname\n"
+"\n"
+"  -h, --help                display this help and exit\n"
+"  -V, --version             output version information and exit\n"
+"\n"
+"Environment: NBDSTACK_NBDKIT (nbdkit to run, default from PATH),\n"
+"NBDSTACK_OPTIONS and NBDSTACK_CONFIG (default %s)\n"
+"set these (key=value):\n",
+          progname, DEFAULT_CONFIG);
+  /* clang-format on */
+  settings_print_keys ();
+}
+
+static void
+version (void)
+{
+  char *nv = nbdkit_version ();
+
+  printf ("%s %s (nbdstack %s, nbdkit %s)\n", progname, QEMU_NBD_COMPAT_VERSION,
+          PACKAGE_VERSION, nv ? nv : "not found");
+  printf ("The qemu-nbd %s command line, served by nbdkit (%s).\n",
+          QEMU_NBD_COMPAT_VERSION, nbdkit_program ());
+  printf ("nbdstack %s, filters built for nbdkit %s.\n", PACKAGE_VERSION,
+          NBDKIT_BUILD_VERSION);
+  free (nv);
+}
+
+/* ---- option parsing, as qemu-nbd does it */
+
+enum
+{
+  OPT_CACHE = 256,
+  OPT_AIO,
+  OPT_DISCARD,
+  OPT_DETECT_ZEROES,
+  OPT_OBJECT,
+  OPT_TLSCREDS,
+  OPT_IMAGE_OPTS,
+  OPT_FORK,
+  OPT_TLSAUTHZ,
+  OPT_PID_FILE,
+  OPT_SELINUX_LABEL,
+  OPT_TLSHOSTNAME
+};
+
+/* Exactly qemu-nbd 7.2's tables.  An option of ours added here would
+ * change which abbreviations (--pers, --exp) getopt_long accepts.
+ */
+static const char short_options[] = "hVb:o:p:rsnc:dvk:e:f:tl:x:T:D:AB:L";
+static const struct option long_options[]
+    = { { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { "bind", required_argument, NULL, 'b' },
+        { "port", required_argument, NULL, 'p' },
+        { "socket", required_argument, NULL, 'k' },
+        { "offset", required_argument, NULL, 'o' },
+        { "read-only", no_argument, NULL, 'r' },
+        { "allocation-depth", no_argument, NULL, 'A' },
+        { "bitmap", required_argument, NULL, 'B' },
+        { "connect", required_argument, NULL, 'c' },
+        { "disconnect", no_argument, NULL, 'd' },
+        { "list", no_argument, NULL, 'L' },
+        { "snapshot", no_argument, NULL, 's' },
+        { "load-snapshot", required_argument, NULL, 'l' },
+        { "nocache", no_argument, NULL, 'n' },
+        { "cache", required_argument, NULL, OPT_CACHE },
+        { "aio", required_argument, NULL, OPT_AIO },
+        { "discard", required_argument, NULL, OPT_DISCARD },
+        { "detect-zeroes", required_argument, NULL, OPT_DETECT_ZEROES },
+        { "shared", required_argument, NULL, 'e' },
+        { "format", required_argument, NULL, 'f' },
+        { "persistent", no_argument, NULL, 't' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "object", required_argument, NULL, OPT_OBJECT },
+        { "export-name", required_argument, NULL, 'x' },
+        { "description", required_argument, NULL, 'D' },
+        { "tls-creds", required_argument, NULL, OPT_TLSCREDS },
+        { "tls-hostname", required_argument, NULL, OPT_TLSHOSTNAME },
+        { "tls-authz", required_argument, NULL, OPT_TLSAUTHZ },
+        { "image-opts", no_argument, NULL, OPT_IMAGE_OPTS },
+        { "trace", required_argument, NULL, 'T' },
+        { "fork", no_argument, NULL, OPT_FORK },
+        { "pid-file", required_argument, NULL, OPT_PID_FILE },
+        { "selinux-label", required_argument, NULL, OPT_SELINUX_LABEL },
+        { NULL, 0, NULL, 0 } };
+
+/* qemu_strtoi (base 0, the whole string, in range). */
+static int
+parse_int (const char *s, int *out)
+{
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol (s, &end, 0);
+  if (end == s || *end != '\0' || errno == ERANGE || v < INT_MIN || v > INT_MAX)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* qemu_strtou64 (base 0): a leading '-' is accepted and wraps, as
+ * strtoull does, and the range check then refuses it.
+ */
+static int
+parse_u64 (const char *s, uint64_t *out)
+{
+  char *end;
+  unsigned long long v;
+
+  errno = 0;
+  v = strtoull (s, &end, 0);
+  if (end == s || *end != '\0' || errno == ERANGE)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static void __attribute__ ((noreturn)) try_help (void)
+{
+  fprintf (stderr, "%s: Try `%s --help' for more information.\n", progname,
+           progname);
+  exit (EXIT_FAILURE);
+}
+
+static void
+parse_cmdline (int argc, char *argv[], struct cmdline *c)
+{
+  int ch;
+
+  c->shared = 1;
+  c->cache = CACHE_WRITEBACK;
+  while ((ch = getopt_long (argc, argv, short_options, long_options, NULL))
+         != -1)
+    {
+      switch (ch)
+        {
+        case 's':
+          refuse (c, "-s/--snapshot: not supported: nbdstack-nbd has no "
+                     "temporary overlay (write to a copy, or use nbdkit's cow "
+                     "filter)");
+          break;
+        case 'n':
+          optarg = (char *)"none";
+          /* fallthrough */
+        case OPT_CACHE:
+          if (c->seen_cache)
+            die ("-n and --cache can only be specified once");
+          c->seen_cache = true;
+          if (strcmp (optarg, "none") == 0 || strcmp (optarg, "off") == 0)
+            c->cache = CACHE_NONE;
+          else if (strcmp (optarg, "directsync") == 0)
+            c->cache = CACHE_DIRECTSYNC;
+          else if (strcmp (optarg, "writeback") == 0)
+            c->cache = CACHE_WRITEBACK;
+          else if (strcmp (optarg, "unsafe") == 0)
+            c->cache = CACHE_UNSAFE;
+          else if (strcmp (optarg, "writethrough") == 0)
+            c->cache = CACHE_WRITETHROUGH;
+          else
+            die ("Invalid cache mode `%s'", optarg);
+          break;
+        case OPT_AIO:
+          if (c->seen_aio)
+            die ("--aio can only be specified once");
+          c->seen_aio = true;
+          if (strcmp (optarg, "native") == 0)
+            c->aio_native = true;
+          else if (strcmp (optarg, "threads") != 0
+                   && strcmp (optarg, "io_uring") != 0)
+            die ("Invalid aio mode '%s'", optarg);
+          break;
+        case OPT_DISCARD:
+          if (c->seen_discard)
+            die ("--discard can only be specified once");
+          c->seen_discard = true;
+          if (strcmp (optarg, "off") == 0 || strcmp (optarg, "ignore") == 0)
+            c->discard_unmap = false;
+          else if (strcmp (optarg, "on") == 0 || strcmp (optarg, "unmap") == 0)
+            c->discard_unmap = true;
+          else
+            die ("Invalid discard mode `%s'", optarg);
+          break;
+        case OPT_DETECT_ZEROES:
+          if (strcmp (optarg, "off") == 0)
+            c->detect_zeroes = DZ_OFF;
+          else if (strcmp (optarg, "on") == 0)
+            c->detect_zeroes = DZ_ON;
+          else if (strcmp (optarg, "unmap") == 0)
+            c->detect_zeroes = DZ_UNMAP;
+          else
+            die ("Failed to parse detect_zeroes mode: Parameter "
+                 "'detect-zeroes' does not accept value '%s'",
+                 optarg);
+          /* Checked here, as qemu-nbd does: so --discard=unmap must come
+           * first on the command line.
+           */
+          if (c->detect_zeroes == DZ_UNMAP && !c->discard_unmap)
+            die ("setting detect-zeroes to unmap is not allowed without "
+                 "setting discard operation to unmap");
+          break;
+        case 'b':
+          c->bind = optarg;
+          break;
+        case 'p':
+          c->port = optarg;
+          break;
+        case 'o':
+          if (parse_u64 (optarg, &c->offset) == -1)
+            die ("Invalid offset '%s'", optarg);
+          break;
+        case 'l':
+          /* A snapshot is served read-only. */
+          c->snapshot = optarg;
+          /* fallthrough */
+        case 'r':
+          c->readonly = true;
+          break;
+        case 'A':
+          c->alloc_depth = true;
+          break;
+        case 'B':
+          refuse (c, "-B/--bitmap: not supported: nbdkit cannot offer the "
+                     "qemu:dirty-bitmap metadata context");
+          break;
+        case 'k':
+          c->sockpath = optarg;
+          if (optarg[0] != '/')
+            die ("socket path must be absolute");
+          break;
+        case 'd':
+          refuse (c, "-d/--disconnect: not supported: nbdstack-nbd has no "
+                     "kernel NBD client side (use nbd-client -d)");
+          break;
+        case 'c':
+          if (access (optarg, F_OK) == -1)
+            refuse (c,
+                    "-c/--connect: %s: %m: the kernel NBD client is "
+                    "missing (and nbdstack-nbd does not connect devices)",
+                    optarg);
+          else
+            refuse (c, "-c/--connect: not supported: nbdstack-nbd serves "
+                       "sockets only (connect the device with nbd-client)");
+          break;
+        case 'e':
+          if (parse_int (optarg, &c->shared) == -1 || c->shared < 0)
+            die ("Invalid shared device number '%s'", optarg);
+          break;
+        case 'f':
+          c->format = optarg;
+          break;
+        case 't':
+          c->persistent = true;
+          break;
+        case 'x':
+          c->export_name = optarg;
+          if (strlen (optarg) > NBD_MAX_STRING)
+            die ("export name '%s' too long", optarg);
+          break;
+        case 'D':
+          c->description = optarg;
+          if (strlen (optarg) > NBD_MAX_STRING)
+            die ("export description '%s' too long", optarg);
+          break;
+        case 'v':
+          c->verbose = true;
+          break;
+        case 'V':
+          version ();
+          exit (EXIT_SUCCESS);
+        case 'h':
+          usage ();
+          exit (EXIT_SUCCESS);
+        case '?':
+          try_help ();
+        case OPT_OBJECT:
+          refuse (c, "--object: not supported: nbdstack-nbd maps no qemu "
+                     "objects (secrets, TLS credentials)");
+          break;
+        case OPT_TLSCREDS:
+          refuse (c, "--tls-creds: not supported: TLS is not mapped (run "
+                     "nbdkit with --tls directly)");
+          break;
+        case OPT_TLSHOSTNAME:
+          refuse (c, "--tls-hostname: not supported: it is for -L, which "
+                     "is not supported either");
+          break;
+        case OPT_TLSAUTHZ:
+          refuse (c, "--tls-authz: not supported: TLS is not mapped (run "
+                     "nbdkit with --tls directly)");
+          break;
+        case OPT_IMAGE_OPTS:
+          c->image_opts = true;
+          break;
+        case 'T':
+          refuse (c, "-T/--trace: not supported: nbdkit has no qemu trace "
+                     "events (use -v, or nbdkit's log filter)");
+          break;
+        case OPT_FORK:
+          c->fork_process = true;
+          break;
+        case 'L':
+          refuse (c, "-L/--list: not supported: nbdstack-nbd is a server "
+                     "only (use nbdinfo --list)");
+          break;
+        case OPT_PID_FILE:
+          c->pid_file = optarg;
+          break;
+        case OPT_SELINUX_LABEL:
+          c->selinux_label = optarg;
+          break;
+        default:
+          abort ();
+        }
+    }
+
+  /* Refused options are named before anything else is said about the
+   * command line (-L, for one, takes no FILE).
+   */
+  if (c->refusal)
+    die ("%s", c->refusal);
+  if (argc - optind != 1)
+    {
+      fprintf (stderr, "%s: Invalid number of arguments\n", progname);
+      try_help ();
+    }
+  c->filename = argv[optind];
+}
+
+/* ---- systemd socket activation, as qemu-nbd detects it */
+
+static unsigned
+socket_activation_fds (void)
+{
+  const char *s;
+  char *end;
+  unsigned long pid, n;
+
+  s = getenv ("LISTEN_PID");
+  if (s == NULL)
+    return 0;
+  errno = 0;
+  pid = strtoul (s, &end, 10);
+  if (errno || end == s || *end || pid != (unsigned long)getpid ())
+    return 0;
+  s = getenv ("LISTEN_FDS");
+  if (s == NULL)
+    return 0;
+  errno = 0;
+  n = strtoul (s, &end, 10);
+  if (errno || end == s || *end || n > UINT_MAX)
+    return 0;
+  return n;
+}
+
+/* ---- the nbdkit command line */
+
+struct argv_list
+{
+  char **v;
+  size_t n, cap;
+};
+
+static void
+add (struct argv_list *a, const char *s)
+{
+  if (a->n + 2 > a->cap)
+    {
+      a->cap = a->cap ? a->cap * 2 : 64;
+      a->v = realloc (a->v, a->cap * sizeof *a->v);
+      if (a->v == NULL)
+        die ("out of memory");
+    }
+  a->v[a->n] = strdup (s);
+  if (a->v[a->n] == NULL)
+    die ("out of memory");
+  a->v[++a->n] = NULL;
+}
+
+static void __attribute__ ((format (printf, 2, 3)))
+addf (struct argv_list *a, const char *fmt, ...)
+{
+  va_list ap;
+  char *s;
+  int r;
+
+  va_start (ap, fmt);
+  r = vasprintf (&s, fmt, ap);
+  va_end (ap);
+  if (r == -1)
+    die ("out of memory");
+  add (a, s);
+  free (s);
+}
+
+static void
+add_settings (struct argv_list *a, const struct settings *s,
+              enum setting_dest dest)
+{
+  for (size_t i = 0; i < s->n; ++i)
+    if (s->v[i].dest == dest)
+      addf (a, "%s=%s", s->v[i].key, s->v[i].value);
+}
+
+/* Print ARGV as one shell-quoted line. */
+static void
+print_argv (FILE *fp, char **argv)
+{
+  for (size_t i = 0; argv[i]; ++i)
+    {
+      const char *s = argv[i];
+
+      if (i)
+        fputc (' ', fp);
+      if (*s
+          && strspn (s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789-_=+./:,@%")
+                 == strlen (s))
+        fputs (s, fp);
+      else
+        {
+          fputc ('\'', fp);
+          for (; *s; ++s)
+            {
+              if (*s == '\'')
+                fputs ("'\\''", fp);
+              else
+                fputc (*s, fp);
+            }
+          fputc ('\'', fp);
+        }
+    }
+  fputc ('\n', fp);
+}
+
+/* ---- running nbdkit
+ *
+ * nbdkit 1.32 sets a parent-death signal on itself (SIGTERM when its
+ * parent exits), which qemu-nbd does not: a script that starts
+ * "qemu-nbd ... &" and exits leaves the server running.  So nbdkit is
+ * not exec'd in place but run as a child of this process, which stays
+ * as its parent: it forwards termination signals to nbdkit, removes the
+ * socket when nbdkit is gone (as qemu-nbd removes its own), and exits
+ * with nbdkit's status.  The pid file is nbdkit's own.
+ */
+
+static volatile pid_t server_pid;
+
+static void
+forward_signal (int sig)
+{
+  int saved = errno;
+
+  if (server_pid > 0)
+    kill (server_pid, sig);
+  errno = saved;
+}
+
+/* Start nbdkit (ARGV), write its pid to READY_FD if that is not -1,
+ * wait for it, and return what this process should exit with.
+ */
+static int
+supervise (char **argv, unsigned activation_fds, const char *sockpath,
+           int ready_fd)
+{
+  static const int forwarded[]
+      = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+  struct sigaction sa = { .sa_handler = forward_signal };
+  sigset_t all, old;
+  int status;
+  pid_t pid;
+
+  /* No signal may be lost between fork and the handlers. */
+  sigfillset (&all);
+  sigprocmask (SIG_BLOCK, &all, &old);
+  fflush (NULL);
+  pid = fork ();
+  if (pid == -1)
+    die ("Failed to fork: %m");
+  if (pid == 0)
+    {
+      sigprocmask (SIG_SETMASK, &old, NULL);
+      /* nbdkit takes the sockets only if LISTEN_PID is its own pid. */
+      if (activation_fds)
+        {
+          char buf[32];
+
+          snprintf (buf, sizeof buf, "%ld", (long)getpid ());
+          setenv ("LISTEN_PID", buf, 1);
+        }
+      execvp (argv[0], argv);
+      fprintf (stderr, "%s: %s: %m\n", progname, argv[0]);
+      _exit (EXIT_FAILURE);
+    }
+  server_pid = pid;
+  for (unsigned i = 0; i < activation_fds; ++i)
+    close (3 + i);
+  sigemptyset (&sa.sa_mask);
+  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; ++i)
+    sigaction (forwarded[i], &sa, NULL);
+  sigprocmask (SIG_SETMASK, &old, NULL);
+
+  if (ready_fd >= 0)
+    {
+      char buf[32];
+      int n = snprintf (buf, sizeof buf, "%ld\n", (long)pid);
+
+      if (write (ready_fd, buf, n) != n)
+        kill (pid, SIGTERM);
+      close (ready_fd);
+    }
+
+  while (waitpid (pid, &status, 0) == -1)
+    if (errno != EINTR)
+      die ("waitpid: %m");
+  server_pid = 0;
+
+  if (sockpath)
+    {
+      struct stat st;
+
+      if (lstat (sockpath, &st) == 0 && S_ISSOCK (st.st_mode))
+        unlink (sockpath);
+    }
+  if (WIFSIGNALED (status))
+    {
+      /* Die the same way, so our parent sees what happened. */
+      signal (WTERMSIG (status), SIG_DFL);
+      raise (WTERMSIG (status));
+      return 128 + WTERMSIG (status);
+    }
+  return WEXITSTATUS (status);
+}
+
+/* The pid nbdkit wrote into PIDFILE, or 0.  nbdkit writes the file
+ * once it is listening, so a pid that is the server's means ready.
+ */
+static pid_t
+read_pidfile (const char *path)
+{
+  char buf[32];
+  ssize_t n;
+  int fd = open (path, O_RDONLY | O_CLOEXEC);
+  long v;
+  char *end;
+
+  if (fd == -1)
+    return 0;
+  n = read (fd, buf, sizeof buf - 1);
+  close (fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  errno = 0;
+  v = strtol (buf, &end, 10);
+  if (errno || end == buf || (*end != '\n' && *end != '\0') || v <= 0)
+    return 0;
+  return v;
+}
+
+/* --fork: the supervisor goes into the background, and this process
+ * exits 0 once nbdkit has written its pid file (it is listening then),
+ * or 1 if nbdkit exits first (it has said why on stderr).  Returns only
+ * in the background process, with the descriptor to report nbdkit's pid
+ * on.
+ */
+static int
+daemonize (const char *pidfile, const char *private_dir)
+{
+  struct timespec tick = { 0, 10 * 1000 * 1000 };
+  char buf[32];
+  size_t len = 0;
+  int fds[2], status;
+  pid_t daemon_pid, server = 0;
+
+  if (pipe2 (fds, O_CLOEXEC) == -1)
+    die ("pipe: %m");
+  fflush (NULL);
+  daemon_pid = fork ();
+  if (daemon_pid == -1)
+    die ("Failed to fork: %m");
+  if (daemon_pid == 0)
+    {
+      int null = open ("/dev/null", O_RDWR);
+
+      /* Like qemu-nbd's daemon: a new session, stdin and stdout on
+       * /dev/null, stderr kept.
+       */
+      close (fds[0]);
+      setsid ();
+      if (null >= 0)
+        {
+          dup2 (null, STDIN_FILENO);
+          dup2 (null, STDOUT_FILENO);
+          if (null > STDERR_FILENO)
+            close (null);
+        }
+      return fds[1];
+    }
+
+  close (fds[1]);
+  for (;;)
+    {
+      ssize_t n = read (fds[0], buf + len, sizeof buf - 1 - len);
+
+      if (n == -1 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      len += n;
+    }
+  close (fds[0]);
+  buf[len] = '\0';
+  server = strtol (buf, NULL, 10);
+
+  for (;;)
+    {
+      if (waitpid (daemon_pid, &status, WNOHANG) == daemon_pid)
+        break;
+      if (server > 0 && read_pidfile (pidfile) == server)
+        {
+          if (private_dir)
+            {
+              unlink (pidfile);
+              rmdir (private_dir);
+            }
+          exit (EXIT_SUCCESS);
+        }
+      nanosleep (&tick, NULL);
+    }
+  if (private_dir)
+    {
+      unlink (pidfile);
+      rmdir (private_dir);
+    }
+  exit (EXIT_FAILURE);
+}
+
+/* ---- main */
+
+/* Global rather than local, so that what is still allocated when the
+ * supervisor exits is reachable, not a leak, to LeakSanitizer.
+ */
+static struct cmdline cmd;
+static struct settings settings;
+static struct image_spec spec;
+static struct argv_list a;
+
+int
+main (int argc, char *argv[])
+{
+  struct image_info info;
+  unsigned activation_fds;
+  int ready_fd = -1;
+  bool readonly, writable, coalesce;
+  bool have_range = false, have_range_size = false;
+  uint64_t range_offset = 0, range_size = 0;
+  const char *s;
+  char *err, *nv;
+  static char *pidfile, *private_dir;
+
+  parse_cmdline (argc, argv, &cmd);
+
+  /* What qemu-nbd checks after parsing, in its order. */
+  activation_fds = socket_activation_fds ();
+  if (activation_fds)
+    {
+      if (cmd.sockpath)
+        die ("Unix socket can't be set when using socket activation");
+      if (cmd.bind)
+        die ("The interface can't be set when using socket activation");
+      if (cmd.port)
+        die ("TCP port number can't be set when using socket activation");
+      if (cmd.selinux_label)
+        die ("SELinux label can't be set when using socket activation");
+      if (activation_fds > 1)
+        die ("qemu-nbd does not support socket activation with LISTEN_FDS "
+             "> 1");
+    }
+  if (cmd.selinux_label && cmd.sockpath == NULL)
+    die ("--selinux-label is not permitted without --socket");
+
+  if (settings_load (&settings, DEFAULT_CONFIG) == -1)
+    exit (EXIT_FAILURE);
+
+  /* The image, which qemu-nbd opens before it serves anything. */
+  if (image_spec_parse (cmd.filename, cmd.image_opts, cmd.format, &spec, &err)
+      == -1)
+    die ("Failed to open '%s': %s", cmd.filename, err ? err : "out of memory");
+  if (probe_image (&spec, &info, &err) == -1)
+    die ("Failed to open '%s': %s", cmd.filename, err ? err : "out of memory");
+  if (cmd.aio_native && cmd.cache != CACHE_NONE
+      && cmd.cache != CACHE_DIRECTSYNC)
+    die ("Failed to open '%s': aio=native was specified, but it requires "
+         "cache.direct=on, which was not specified.",
+         cmd.filename);
+  if (info.probed_raw)
+    warn ("Image format was not specified for '%s' and probing guessed raw; "
+          "specify -f raw (nbdstack-nbd does not restrict writes to block 0 "
+          "as qemu-nbd does)",
+          spec.path);
+  readonly = cmd.readonly || spec.read_only;
+
+  if (info.format == FORMAT_QCOW2 && !readonly)
+    die ("'%s': qcow2 writing is not supported yet: add -r (--read-only) "
+         "to serve it read-only",
+         spec.path);
+  if (cmd.snapshot && info.format != FORMAT_QCOW2)
+    die ("Failed to load snapshot: '%s' is raw: only qcow2 images have "
+         "internal snapshots",
+         spec.path);
+
+  /* The byte range: a raw node's offset/size, then -o on top of it (a
+   * second raw node in qemu-nbd), folded into one offset filter.
+   */
+  if (spec.has_range)
+    {
+      if (spec.range_offset > info.size)
+        die ("Failed to open '%s': Offset (%" PRIu64 ") cannot be greater "
+             "than size of the containing file (%" PRIu64 ")",
+             cmd.filename, spec.range_offset, info.size);
+      if (spec.has_range_size
+          && info.size - spec.range_offset < spec.range_size)
+        die ("Failed to open '%s': The sum of offset (%" PRIu64 ") and size "
+             "(%" PRIu64 ") has to be smaller or equal to the  actual size "
+             "of the containing file (%" PRIu64 ")",
+             cmd.filename, spec.range_offset, spec.range_size, info.size);
+      have_range = true;
+      range_offset = spec.range_offset;
+      have_range_size = true;
+      range_size = spec.has_range_size ? spec.range_size
+                                       : info.size - spec.range_offset;
+    }
+  if (cmd.offset)
+    {
+      uint64_t below = have_range ? range_size : info.size;
+
+      if (cmd.offset > below)
+        die ("Offset (%" PRIu64 ") cannot be greater than size of the "
+             "containing file (%" PRIu64 ")",
+             cmd.offset, below);
+      range_offset += cmd.offset;
+      range_size = below - cmd.offset;
+      have_range = have_range_size = true;
+    }
+
+  if (cmd.alloc_depth)
+    warn ("--allocation-depth: the qemu:allocation-depth context is not "
+          "offered (nbdkit has no API for it); data is unaffected");
+
+  writable = !readonly;
+  s = settings_get (&settings, "coalesce");
+  if (s == NULL || strcmp (s, "on") == 0)
+    coalesce = true;
+  else if (strcmp (s, "off") == 0)
+    coalesce = false;
+  else
+    die ("coalesce=%s: expected on or off", s);
+  /* Write-through cache modes answer a write once it is durable: the
+   * buffer must not answer it earlier.
+   */
+  s = settings_get (&settings, "coalesce-mode");
+  if (s && strcmp (s, "writeback") == 0
+      && (cmd.cache == CACHE_WRITETHROUGH || cmd.cache == CACHE_DIRECTSYNC))
+    die ("coalesce-mode=writeback contradicts --cache=%s",
+         cmd.cache == CACHE_WRITETHROUGH ? "writethrough" : "directsync");
+
+  /* Our filters only load into the nbdkit they were built for: say so
+   * in one line instead of nbdkit's dlopen error.
+   */
+  nv = nbdkit_version ();
+  if (nv == NULL)
+    die ("cannot run %s --version (is nbdkit installed? NBDSTACK_NBDKIT "
+         "names it)",
+         nbdkit_program ());
+  if (writable && strcmp (nv, NBDKIT_BUILD_VERSION) != 0)
+    die ("nbdkit is %s but the nbdstack filters were built for %s: rebuild "
+         "nbdstack",
+         nv, NBDKIT_BUILD_VERSION);
+  free (nv);
+
+  /* ---- nbdkit's options */
+  add (&a, nbdkit_program ());
+  add (&a, "-f"); /* qemu-nbd does not fork unless --fork */
+  add (&a, "--log=stderr");
+  if (cmd.verbose)
+    add (&a, "-v");
+  if (readonly)
+    add (&a, "-r");
+  if (activation_fds == 0)
+    {
+      if (cmd.sockpath)
+        addf (&a, "--unix=%s", cmd.sockpath);
+      else
+        {
+          addf (&a, "--ipaddr=%s", cmd.bind ? cmd.bind : "0.0.0.0");
+          addf (&a, "--port=%s", cmd.port ? cmd.port : "10809");
+        }
+    }
+  if (cmd.fork_process)
+    {
+      if (cmd.pid_file)
+        pidfile = strdup (cmd.pid_file);
+      else
+        {
+          /* nbdkit's pid file is how the parent knows it is ready. */
+          const char *tmp = getenv ("TMPDIR");
+
+          if (asprintf (&private_dir, "%s/nbdstack-nbd.XXXXXX",
+                        tmp && *tmp ? tmp : "/tmp")
+                  == -1
+              || mkdtemp (private_dir) == NULL
+              || asprintf (&pidfile, "%s/pid", private_dir) == -1)
+            die ("cannot make a private directory: %m");
+        }
+      if (pidfile == NULL)
+        die ("out of memory");
+      addf (&a, "--pidfile=%s", pidfile);
+    }
+  else if (cmd.pid_file)
+    addf (&a, "--pidfile=%s", cmd.pid_file);
+  if (cmd.selinux_label)
+    addf (&a, "--selinux-label=%s", cmd.selinux_label);
+  s = settings_get (&settings, "threads");
+  if (s)
+    addf (&a, "--threads=%s", s);
+
+  /* ---- filters, outermost first */
+  if (cmd.shared > 0)
+    add (&a, "--filter=limit");
+  if (!cmd.persistent)
+    add (&a, "--filter=exitlast");
+  /* qemu-nbd offers multi-conn only when it serves several clients:
+   * with one, a client that opens several connections (nbdcopy) must
+   * not try.
+   */
+  if (cmd.shared == 1)
+    add (&a, "--filter=multi-conn");
+  add (&a, "--filter=exportname");
+  add (&a, "--filter=blocksize-policy");
+  if (writable)
+    {
+      char *p;
+
+      if (coalesce)
+        {
+          p = component_path ("filter", "coalesce");
+          addf (&a, "--filter=%s", p);
+          free (p);
+        }
+      if (cmd.detect_zeroes != DZ_OFF)
+        {
+          p = component_path ("filter", "zerodetect");
+          addf (&a, "--filter=%s", p);
+          free (p);
+        }
+      p = component_path ("filter", "discard");
+      addf (&a, "--filter=%s", p);
+      free (p);
+      if (cmd.cache == CACHE_WRITETHROUGH || cmd.cache == CACHE_DIRECTSYNC
+          || cmd.cache == CACHE_UNSAFE)
+        add (&a, "--filter=fua");
+    }
+  if (have_range)
+    add (&a, "--filter=offset");
+
+  /* ---- the plugin and everyone's parameters */
+  {
+    char *p = component_path ("plugin", "image");
+
+    add (&a, p);
+    free (p);
+  }
+  addf (&a, "file=%s", spec.path);
+  add (&a, info.format == FORMAT_QCOW2 ? "format=qcow2" : "format=raw");
+  add (&a, cmd.cache == CACHE_NONE || cmd.cache == CACHE_DIRECTSYNC
+               ? "cache=none"
+               : "cache=writeback");
+  if (readonly)
+    add (&a, "readonly=true");
+  if (info.format == FORMAT_QCOW2)
+    {
+      /* qemu-nbd opens the backing chain unless told "backing": null. */
+      add (&a, spec.backing_none ? "backing=none" : "backing=follow");
+      if (cmd.snapshot)
+        {
+          const char *id = NULL, *name = NULL;
+
+          if (strncmp (cmd.snapshot, "snapshot.", 9) != 0)
+            addf (&a, "snapshot=%s", cmd.snapshot);
+          else
+            {
+              /* snapshot.id=ID,snapshot.name=NAME: the plugin matches by
+               * ID first, then by name, so only one of them can be
+               * passed on exactly.
+               */
+              struct flat_opts o = { 0 };
+
+              if (image_opts_flatten (cmd.snapshot, &o, &err) == -1)
+                die ("Failed in parsing snapshot param `%s'", cmd.snapshot);
+              for (size_t i = 0; i < o.n; ++i)
+                {
+                  if (strcmp (o.v[i].key, "snapshot.id") == 0)
+                    id = o.v[i].value;
+                  else if (strcmp (o.v[i].key, "snapshot.name") == 0)
+                    name = o.v[i].value;
+                  else
+                    die ("Failed in parsing snapshot param `%s': Invalid "
+                         "parameter '%s'",
+                         cmd.snapshot, o.v[i].key);
+                }
+              if (id && name)
+                die ("-l %s: give snapshot.id or snapshot.name, not both "
+                     "(the image plugin matches one of them)",
+                     cmd.snapshot);
+              if (id == NULL && name == NULL)
+                die ("Failed in parsing snapshot param `%s'", cmd.snapshot);
+              addf (&a, "snapshot=%s", id ? id : name);
+              flat_opts_free (&o);
+            }
+        }
+      add_settings (&a, &settings, DEST_PLUGIN);
+    }
+
+  if (cmd.shared > 0)
+    addf (&a, "limit=%d", cmd.shared);
+  if (cmd.shared == 1)
+    {
+      add (&a, "multi-conn-mode=disable");
+      add (&a, "multi-conn-track-dirty=off");
+    }
+  /* qemu-nbd serves exactly one name and lists it. */
+  add (&a, "exportname-strict=true");
+  add (&a, "exportname-list=explicit");
+  addf (&a, "exportname=%s", cmd.export_name ? cmd.export_name : "");
+  if (cmd.description)
+    addf (&a, "exportdesc=fixed:%s", cmd.description);
+  else
+    add (&a, "exportdesc=none");
+  /* qemu-nbd's largest request; nbdkit would advertise 4G - 1 and then
+   * refuse requests over 64M.
+   */
+  add (&a, "blocksize-maximum=32M");
+
+  if (writable)
+    {
+      if (coalesce)
+        {
+          if (cmd.cache == CACHE_WRITETHROUGH || cmd.cache == CACHE_DIRECTSYNC)
+            add (&a, "coalesce-mode=writethrough");
+          add_settings (&a, &settings, DEST_COALESCE);
+        }
+      if (cmd.detect_zeroes == DZ_ON)
+        add (&a, "zerodetect=on");
+      else if (cmd.detect_zeroes == DZ_UNMAP)
+        add (&a, "zerodetect=unmap");
+      if (cmd.detect_zeroes != DZ_OFF)
+        add_settings (&a, &settings, DEST_ZERODETECT);
+      /* --discard=ignore: trim is advertised and does nothing, and zero
+       * requests may not free space (qemu drops MAY_UNMAP without
+       * BDRV_O_UNMAP).
+       */
+      if (cmd.discard_unmap)
+        add (&a, "discard=pass");
+      else
+        {
+          add (&a, "discard=ignore");
+          add (&a, "discard-zero-trim=never");
+        }
+      add_settings (&a, &settings, DEST_DISCARD);
+      /* writethrough/directsync: every write durable before its reply.
+       * unsafe: flushes are not passed on.
+       */
+      if (cmd.cache == CACHE_WRITETHROUGH || cmd.cache == CACHE_DIRECTSYNC)
+        add (&a, "fuamode=force");
+      else if (cmd.cache == CACHE_UNSAFE)
+        add (&a, "fuamode=discard");
+    }
+  if (have_range)
+    {
+      addf (&a, "offset=%" PRIu64, range_offset);
+      if (have_range_size)
+        addf (&a, "range=%" PRIu64, range_size);
+    }
+
+  s = getenv ("NBDSTACK_NBD_DRY_RUN");
+  if (s && *s && strcmp (s, "0") != 0)
+    {
+      print_argv (stdout, a.v);
+      if (private_dir)
+        rmdir (private_dir);
+      exit (EXIT_SUCCESS);
+    }
+  if (cmd.verbose)
+    {
+      fprintf (stderr, "%s: running: ", progname);
+      print_argv (stderr, a.v);
+    }
+
+  /* qemu-nbd replaces a leftover socket; nbdkit would fail with
+   * "Address already in use".  Only sockets are removed.
+   */
+  if (cmd.sockpath && activation_fds == 0)
+    {
+      struct stat st;
+
+      if (lstat (cmd.sockpath, &st) == 0 && S_ISSOCK (st.st_mode))
+        unlink (cmd.sockpath);
+    }
+
+  if (cmd.fork_process)
+    ready_fd = daemonize (pidfile, private_dir);
+  return supervise (a.v, activation_fds,
+                    activation_fds == 0 ? cmd.sockpath : NULL, ready_fd);
+}

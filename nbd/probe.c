@@ -1,0 +1,217 @@
+/* nbdstack-nbd: format, kind and size of the image.
+ * SPDX-License-Identifier: BSD-3-Clause
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef HAVE_LINUX_FS_H
+#include <linux/fs.h>
+#endif
+
+#include "probe.h"
+
+static int
+set_error (char **err, const char *fmt, ...)
+{
+  va_list ap;
+
+  free (*err);
+  *err = NULL;
+  va_start (ap, fmt);
+  if (vasprintf (err, fmt, ap) == -1)
+    *err = NULL;
+  va_end (ap);
+  return -1;
+}
+
+static uint32_t
+be32 (const unsigned char *p)
+{
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8
+         | p[3];
+}
+
+static uint64_t
+be64 (const unsigned char *p)
+{
+  return (uint64_t)be32 (p) << 32 | be32 (p + 4);
+}
+
+static uint32_t
+le32 (const unsigned char *p)
+{
+  return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8
+         | p[0];
+}
+
+/* Formats qemu would recognise but that we do not serve.  Serving one
+ * of them as raw would hand the client the container instead of the
+ * disk, so a probed image in one of them is refused.  The magic tests
+ * are those of qemu's probe functions.
+ */
+static const char *
+other_format (const unsigned char *h, size_t n)
+{
+  if (n >= 8 && memcmp (h, "QFI\xfb", 4) == 0 && be32 (h + 4) == 1)
+    return "qcow";
+  if (n >= 4 && memcmp (h, "QED\0", 4) == 0)
+    return "qed";
+  if (n >= 4 && memcmp (h, "KDMV", 4) == 0)
+    return "vmdk";
+  if (n >= 21 && memcmp (h, "# Disk DescriptorFile", 21) == 0)
+    return "vmdk";
+  if (n >= 0x44 && le32 (h + 0x40) == 0xbeda107f)
+    return "vdi";
+  if (n >= 8 && memcmp (h, "vhdxfile", 8) == 0)
+    return "vhdx";
+  if (n >= 8 && memcmp (h, "conectix", 8) == 0)
+    return "vpc";
+  if (n >= 6 && memcmp (h, "LUKS\xba\xbe", 6) == 0)
+    return "luks";
+  if (n >= 16
+      && (memcmp (h, "WithoutFreeSpace", 16) == 0
+          || memcmp (h, "WithouFreSpacExt", 16) == 0))
+    return "parallels";
+  if (n >= 22 && memcmp (h, "Bochs Virtual HD Image", 22) == 0)
+    return "bochs";
+  if (n >= 23 && memcmp (h, "#!/bin/sh\n#V2.0 Format\n", 23) == 0)
+    return "cloop";
+  return NULL;
+}
+
+static bool
+is_qcow2 (const unsigned char *h, size_t n)
+{
+  return n >= 8 && memcmp (h, "QFI\xfb", 4) == 0
+         && (be32 (h + 4) == 2 || be32 (h + 4) == 3);
+}
+
+int
+probe_image (const struct image_spec *spec, struct image_info *info, char **err)
+{
+  unsigned char h[512];
+  struct stat st;
+  ssize_t n;
+  int fd, r = -1;
+
+  *err = NULL;
+  memset (info, 0, sizeof *info);
+  fd = open (spec->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd == -1)
+    return set_error (err, "Could not open '%s': %m", spec->path);
+  if (fstat (fd, &st) == -1)
+    {
+      set_error (err, "%s: fstat: %m", spec->path);
+      goto out;
+    }
+
+  /* Which kinds each of qemu's protocol drivers takes. */
+  if (spec->protocol == PROTOCOL_FILE && !S_ISREG (st.st_mode))
+    {
+      set_error (err, "'file' driver requires '%s' to be a regular file",
+                 spec->path);
+      goto out;
+    }
+  if (spec->protocol == PROTOCOL_HOST_DEVICE && !S_ISBLK (st.st_mode)
+      && !S_ISCHR (st.st_mode))
+    {
+      set_error (err,
+                 "'host_device' driver requires '%s' to be either a "
+                 "character or block device",
+                 spec->path);
+      goto out;
+    }
+  if (S_ISDIR (st.st_mode))
+    {
+      set_error (err, "Could not open '%s': Is a directory", spec->path);
+      goto out;
+    }
+  if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode))
+    {
+      set_error (err,
+                 "'%s': only regular files and block devices are "
+                 "supported by nbdstack-nbd",
+                 spec->path);
+      goto out;
+    }
+
+  info->is_block_device = S_ISBLK (st.st_mode);
+  if (info->is_block_device)
+    {
+#ifdef BLKGETSIZE64
+      if (ioctl (fd, BLKGETSIZE64, &info->size) == -1)
+        {
+          set_error (err, "%s: BLKGETSIZE64: %m", spec->path);
+          goto out;
+        }
+#else
+      set_error (err, "%s: block devices are not supported here", spec->path);
+      goto out;
+#endif
+    }
+  else
+    info->size = st.st_size;
+
+  n = pread (fd, h, sizeof h, 0);
+  if (n == -1)
+    {
+      set_error (err, "Could not read '%s': %m", spec->path);
+      goto out;
+    }
+
+  switch (spec->format)
+    {
+    case FORMAT_PROBE:
+      if (is_qcow2 (h, n))
+        info->format = FORMAT_QCOW2;
+      else if (other_format (h, n))
+        {
+          set_error (err,
+                     "'%s' is a %s image: that format is not supported "
+                     "by nbdstack-nbd (raw and qcow2 are)",
+                     spec->path, other_format (h, n));
+          goto out;
+        }
+      else
+        {
+          info->format = FORMAT_RAW;
+          info->probed_raw = true;
+        }
+      break;
+    case FORMAT_QCOW2:
+      if (!is_qcow2 (h, n))
+        {
+          set_error (err, "'%s': Image is not in qcow2 format", spec->path);
+          goto out;
+        }
+      info->format = FORMAT_QCOW2;
+      break;
+    case FORMAT_RAW:
+      info->format = FORMAT_RAW;
+      break;
+    }
+
+  /* The guest-visible size; the plugin checks the rest of the header. */
+  if (info->format == FORMAT_QCOW2)
+    {
+      if (n < 32)
+        {
+          set_error (err, "'%s': qcow2 header is truncated", spec->path);
+          goto out;
+        }
+      info->size = be64 (h + 24);
+    }
+  r = 0;
+out:
+  close (fd);
+  return r;
+}

@@ -1,0 +1,111 @@
+# Helpers for the nbdstack-nbd tests (tests/test-nbd-*.sh), sourced
+# after functions.sh.  Each test runs the same command lines through the
+# real qemu-nbd and through nbdstack-nbd and compares what clients see.
+# SPDX-License-Identifier: BSD-3-Clause
+
+NBDSTACK_NBD="$abs_top_builddir/nbd/nbdstack-nbd"
+[ -x "$NBDSTACK_NBD" ] || fail "$NBDSTACK_NBD is not built"
+[ "$QEMU_NBD" != no ] || fail "qemu-nbd is not installed (scripts/setup.sh installs it)"
+
+# The plugin and filters from this build tree; nobody's own settings.
+NBDSTACK_BUILDDIR="$abs_top_builddir"
+NBDSTACK_CONFIG=/dev/null
+unset NBDSTACK_OPTIONS NBDSTACK_NBDKIT NBDSTACK_NBD_DRY_RUN
+export NBDSTACK_BUILDDIR NBDSTACK_CONFIG
+
+# The program behind a kind of server: qemu (the reference) or ours.
+server_prog ()
+{
+  case $1 in
+    qemu) echo "$QEMU_NBD" ;;
+    ours) echo "$NBDSTACK_NBD" ;;
+    *) fail "server_prog: unknown kind $1" ;;
+  esac
+}
+
+# A free TCP port on 127.0.0.1 (the kernel's choice; the tiny window
+# before the server binds it again is acceptable here).
+free_port ()
+{
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+declare -A _fg_pid=()
+
+# start_fg KIND NAME ARGS...: run the server in the foreground of a
+# background job, as imageio and vdsm do (no --fork), with
+# --pid-file=$T/NAME.pid and stderr in $T/NAME.log; return once the pid
+# file is written, which both servers do once they listen.
+start_fg ()
+{
+  local kind=$1 name=$2 prog i
+  shift 2
+  prog=$(server_prog "$kind")
+  rm -f "$T/$name.pid"
+  "$prog" --pid-file="$T/$name.pid" "$@" 2>>"$T/$name.log" &
+  _fg_pid[$name]=$!
+  for ((i = 0; i < 200; i++)); do
+    [ -s "$T/$name.pid" ] && return 0
+    kill -0 "${_fg_pid[$name]}" 2>/dev/null ||
+      { cat "$T/$name.log" >&2; fail "$kind server $name exited at start-up"; }
+    sleep 0.05
+  done
+  fail "$kind server $name did not start (see $T/$name.log)"
+}
+
+# The pid a pipeline holds: the process it started.
+fg_pid () { echo "${_fg_pid[$1]}"; }
+
+# wait_exit NAME [SECONDS]: wait for the job to exit by itself; prints
+# its exit status, or "running" if it is still there after SECONDS.
+wait_exit ()
+{
+  local name=$1 secs=${2:-10} pid i rc
+  pid=${_fg_pid[$name]}
+  for ((i = 0; i < secs * 20; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo running
+    return 0
+  fi
+  rc=0
+  wait "$pid" || rc=$?
+  rm -f "$T/$name.pid"
+  echo "$rc"
+}
+
+# stop_fg NAME: SIGTERM to the process the pipeline started (what
+# imageio's Popen.terminate() does); prints its exit status.
+stop_fg ()
+{
+  local name=$1
+  kill -TERM "${_fg_pid[$name]}" 2>/dev/null || true
+  wait_exit "$name" 20
+}
+
+# The part of nbdinfo's view that must be equal, one "key=value" a line.
+# FIELDS is a space-separated list of nbdinfo --json keys.
+export_view ()
+{
+  local uri=$1 fields=$2
+  nbdinfo --json "$uri" | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["exports"][0]
+for k in sys.argv[1].split():
+    print("%s=%s" % (k, e.get(k)))' "$fields"
+}
+
+# Fields that matter to a writer and to a reader.
+WRITE_FIELDS="export-size is_read_only can_zero can_trim can_fua can_flush can_fast_zero can_multi_conn block_size_minimum block_size_preferred block_size_maximum"
+READ_FIELDS="export-size is_read_only can_zero can_trim can_multi_conn block_size_minimum block_size_preferred block_size_maximum"
+
+# Run CMD... with a timeout; prints its exit status (124: still running,
+# that is: it started a server instead of failing).
+status_of ()
+{
+  local rc=0
+  timeout -k 2 5 "$@" >/dev/null 2>&1 </dev/null || rc=$?
+  echo $rc
+}

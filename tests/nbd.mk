@@ -1,0 +1,7 @@
+# Tests of nbdstack-nbd (nbd/), the qemu-nbd compatible command: each
+# runs the same command lines through the real qemu-nbd and through
+# nbdstack-nbd and compares what clients see.
+NBD_TESTS = \
+	test-nbd-cmdline.sh
+TESTS += $(NBD_TESTS)
+EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh
