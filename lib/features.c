@@ -148,6 +148,24 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
           if (img->data_file == NULL)
             return -1;
           break;
+        case QCOW2_EXT_LINEAR_LAYOUT:
+          {
+            /* Our own layout hint (create.c).  Wrong values only lose
+             * the layout: ignore them rather than refuse the image.
+             */
+            uint64_t lstart, lsize, cs = img->cluster_size;
+
+            if (len != 16)
+              break;
+            lstart = get_be64 (data);
+            lsize = get_be64 (data + 8);
+            if ((lstart & (cs - 1)) || (lsize & (cs - 1)) || lstart < cs
+                || lstart > (1ULL << 56) || lsize > (1ULL << 56) - lstart)
+              break;
+            img->linear_start = lstart >> img->cluster_bits;
+            img->linear_clusters = lsize >> img->cluster_bits;
+            break;
+          }
         default:
           /* Unknown extensions may be ignored, as may the encryption
            * header: encrypted images are refused below anyway.

@@ -125,7 +125,16 @@ qcow2_open_writable (struct qcow2_image *img,
       qcow2_set_error (err, ENOMEM, "out of memory");
       return -1;
     }
-  img->alloc_mode = QCOW2_ALLOC_COMPACT;
+  /* Linear only where create.c laid the image out for it, and never on
+   * a device (which cannot hold a sparse span).
+   */
+  if (img->linear_clusters > 0 && !img->io->fixed_size)
+    {
+      img->alloc_mode = QCOW2_ALLOC_LINEAR;
+      img->meta_cursor = 1;
+    }
+  else
+    img->alloc_mode = QCOW2_ALLOC_COMPACT;
   return qcow2_alloc_init (img, err);
 }
 

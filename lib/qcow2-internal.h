@@ -33,6 +33,12 @@
 #define INCOMPAT_EXTL2 (1ULL << 4)
 #define INCOMPAT_KNOWN 0x1fULL
 
+/* Header extension of our own: where create.c put the linear layout's
+ * data area (be64 host offset of guest offset 0, be64 bytes covered).
+ * qemu keeps unknown extensions when it rewrites the header.
+ */
+#define QCOW2_EXT_LINEAR_LAYOUT 0x6e627374U /* "nbst" */
+
 /* Fixed part of a snapshot table entry. */
 #define SNAPSHOT_HEADER_BYTES 40
 

@@ -73,6 +73,22 @@ extern bool qcow2_probe (const void *buf, size_t len);
 
 struct qcow2_image;
 
+/* Create an empty version 3 image on 'io' (writable; a regular file
+ * should be empty, a device is overwritten only where metadata goes).
+ * 'linear' lays a regular file out for the linear allocation (guest
+ * cluster g at a fixed host offset plus g): see lib/WRITING.md.
+ */
+struct qcow2_create_options
+{
+  uint64_t size;
+  unsigned cluster_bits;  /* 9..21; 0: 16 (64 KiB) */
+  unsigned refcount_bits; /* 1, 2, 4 ... 64; 0: 16 */
+  bool linear;
+};
+extern int qcow2_create (struct qcow2_hostio *io,
+                         const struct qcow2_create_options *opts,
+                         struct qcow2_error *err);
+
 /* Parse and validate the header of the image on 'io' and prepare it for
  * reading.  'io' stays owned by the caller and must outlive the image.
  * Returns NULL on error.

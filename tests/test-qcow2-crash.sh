@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Power failures during writes through the qcow2 library: a recording
-# hostio logs every write and flush, and 1200 images a crash could have
+# hostio logs every write and flush, and 1500 images a crash could have
 # left (everything a completed flush made durable, any subset of later
 # writes, torn at sectors) are built at random points of the log (see
 # test_crash in test-qcow2-write-unit.c, which checks that each opens
@@ -40,3 +40,6 @@ crash v2 3
 head -c 2M /dev/urandom | base64 -w 0 | head -c 3M >text.raw
 "$QEMU_IMG" convert -c -f raw -O qcow2 -o cluster_size=2k text.raw comp.qcow2
 crash comp 4
+# The linear layout of an image the library created.
+"$unit" create lin.qcow2 $((2 << 20)) 10 16 linear
+crash lin 5

@@ -19,6 +19,12 @@
  *     log: each must open and keep every byte the last completed flush
  *     made durable (bytes written after it may read old or new); they
  *     are left in DIR/crash-N.qcow2 for qemu-img check.
+ *   test-qcow2-write-unit create IMAGE SIZE CLUSTER-BITS REFCOUNT-BITS
+ *                          linear|compact
+ *     create an empty image with the library.
+ *   test-qcow2-write-unit shuffle IMAGE OUT.raw SEED
+ *     write every cluster of the disk once, whole, in random order (the
+ *     upload pattern the linear layout exists for); OUT.raw as above.
  * Each command exits non-zero with a message on the first failure.
  * SPDX-License-Identifier: BSD-3-Clause
  */
@@ -731,6 +737,87 @@ test_crash (char *argv[])
           flushes, nimages);
 }
 
+/* ---- create, shuffle ---- */
+
+static void
+test_create (char *argv[])
+{
+  struct qcow2_create_options o = {
+    .size = strtoull (argv[3], NULL, 0),
+    .cluster_bits = strtoul (argv[4], NULL, 0),
+    .refcount_bits = strtoul (argv[5], NULL, 0),
+    .linear = strcmp (argv[6], "linear") == 0,
+  };
+  struct qcow2_open_options opts = { .writable = true };
+  struct qcow2_error err;
+  struct qcow2_hostio *io;
+  struct qcow2_image *img;
+  int fd = open (argv[2], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+  CHECK (fd >= 0);
+  io = qcow2_hostio_fd (fd);
+  if (qcow2_create (io, &o, &err) == -1)
+    die ("create: %s", err.msg);
+  /* It opens writable, in the layout asked for. */
+  img = qcow2_open (io, &opts, &err);
+  if (img == NULL)
+    die ("open after create: %s", err.msg);
+  CHECK (qcow2_get_size (img) == o.size);
+  CHECK (img->alloc_mode
+         == (o.linear ? QCOW2_ALLOC_LINEAR : QCOW2_ALLOC_COMPACT));
+  if (qcow2_close_err (img, &err) == -1)
+    die ("close: %s", err.msg);
+  qcow2_hostio_close (io);
+  printf ("ok: create %s\n", argv[2]);
+}
+
+static void
+test_shuffle (char *argv[])
+{
+  struct wtest t = { .path = argv[2] };
+  struct qcow2_error err;
+  unsigned seed = strtoul (argv[4], NULL, 0);
+  uint64_t cs, n, i, *order;
+  unsigned char *data;
+  FILE *fp;
+
+  t.opts.writable = true;
+  wt_open (&t);
+  t.size = qcow2_get_size (t.img);
+  cs = qcow2_get_cluster_size (t.img);
+  n = (t.size + cs - 1) / cs;
+  order = malloc (n * sizeof *order);
+  t.ref = malloc (t.size);
+  data = malloc (cs);
+  CHECK (order && t.ref && data);
+  for (i = 0; i < n; ++i)
+    order[i] = i;
+  for (i = n - 1; i > 0; --i)
+    {
+      uint64_t j = rnd64 (&seed) % (i + 1), tmp = order[i];
+      order[i] = order[j];
+      order[j] = tmp;
+    }
+  for (i = 0; i < n; ++i)
+    {
+      uint64_t off = order[i] * cs, len = t.size - off < cs ? t.size - off : cs;
+      memset (data, (int)(order[i] % 251 + 1), len);
+      if (qcow2_pwrite (t.img, data, len, off, &err) == -1)
+        die ("write cluster %" PRIu64 ": %s", order[i], err.msg);
+      memcpy (t.ref + off, data, len);
+      if (i % 64 == 63 && qcow2_flush (t.img, &err) == -1)
+        die ("flush: %s", err.msg);
+    }
+  wt_verify (&t, 0, t.size, "after the shuffled upload");
+  wt_close (&t);
+  fp = fopen (argv[3], "wb");
+  CHECK (fp && fwrite (t.ref, 1, t.size, fp) == t.size && fclose (fp) == 0);
+  free (order);
+  free (t.ref);
+  free (data);
+  printf ("ok: shuffle %s\n", argv[2]);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -742,9 +829,15 @@ main (int argc, char *argv[])
     test_write (argc, argv);
   else if (argc == 7 && strcmp (argv[1], "crash") == 0)
     test_crash (argv);
+  else if (argc == 7 && strcmp (argv[1], "create") == 0)
+    test_create (argv);
+  else if (argc == 5 && strcmp (argv[1], "shuffle") == 0)
+    test_shuffle (argv);
   else
     die ("usage: %s hostio DIR | refcount IMAGE LIST | write IMAGE OUT SEED "
-         "OPS [L2-CACHE [BACKING]] | crash IMAGE DIR SEED OPS IMAGES",
+         "OPS [L2-CACHE [BACKING]] | crash IMAGE DIR SEED OPS IMAGES | create "
+         "IMAGE SIZE CLUSTER-BITS REFCOUNT-BITS linear|compact | shuffle "
+         "IMAGE OUT SEED",
          argv[0]);
   return 0;
 }

@@ -1,0 +1,211 @@
+/* nbdstack qcow2 library: creating an image.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * A version 3 image: the header (with our linear layout extension when
+ * asked for), the refcount table, refcount blocks, and an empty L1
+ * table, in that order from cluster 0.  For the linear layout the data
+ * area starts past room for every L2 table the disk can need, aligned
+ * to 1 MiB, and the refcount blocks for the whole span are made now:
+ * a block made later would land at the first cluster it covers, inside
+ * the span, where some guest cluster's data belongs.
+ *
+ * Metadata is written first and the header last, each followed by a
+ * flush: a crash leaves either no image or a complete empty one.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcow2-internal.h"
+
+#define QCOW2_MAGIC 0x514649fbU
+#define V3_HEADER_BYTES 104
+
+static uint64_t
+div_up (uint64_t a, uint64_t b)
+{
+  return (a + b - 1) / b;
+}
+
+static int
+write_zero_clusters (struct qcow2_hostio *io, uint64_t off, uint64_t len,
+                     const unsigned char *zero, uint64_t cs)
+{
+  uint64_t done;
+  int r;
+
+  for (done = 0; done < len; done += cs)
+    {
+      r = qcow2_hostio_pwrite (io, zero, cs, off + done);
+      if (r < 0)
+        return r;
+    }
+  return 0;
+}
+
+int
+qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
+              struct qcow2_error *err)
+{
+  const unsigned cbits = o->cluster_bits ? o->cluster_bits : 16;
+  const unsigned rbits = o->refcount_bits ? o->refcount_bits : 16;
+  unsigned order = 0, i;
+  uint64_t cs, per_block, l1_entries, l1_clusters, span = 0;
+  uint64_t rt_clusters = 1, blocks = 1, meta_end, data_start = 0, total;
+  unsigned char *buf = NULL, *zero = NULL;
+  uint64_t c;
+  int r;
+
+  while ((1u << order) < rbits)
+    order++;
+  if (cbits < MIN_CLUSTER_BITS || cbits > MAX_CLUSTER_BITS
+      || (1u << order) != rbits || order > MAX_REFCOUNT_ORDER)
+    {
+      qcow2_set_error (err, EINVAL,
+                       "invalid cluster size or refcount width "
+                       "(2^%u bytes, %u bits)",
+                       cbits, rbits);
+      return -1;
+    }
+  if (io->pwritev == NULL)
+    {
+      qcow2_set_error (err, EROFS, "the file is not open for writing");
+      return -1;
+    }
+  cs = 1ULL << cbits;
+  per_block = cs * 8 >> order;
+  if (o->size > (1ULL << 55))
+    {
+      qcow2_set_error (err, EFBIG, "size %" PRIu64 " is too large", o->size);
+      return -1;
+    }
+  l1_entries = div_up (o->size, cs * (cs / 8));
+  if (l1_entries == 0)
+    l1_entries = 1;
+  if (l1_entries * 8 > MAX_L1_BYTES)
+    {
+      qcow2_set_error (err, EFBIG,
+                       "size %" PRIu64 " needs too large an L1 "
+                       "table at this cluster size",
+                       o->size);
+      return -1;
+    }
+  l1_clusters = div_up (l1_entries * 8, cs);
+
+  /* Table and block counts depend on each other and on where the data
+   * starts: iterate to the fixed point (a few rounds).
+   */
+  for (;;)
+    {
+      uint64_t rt, b;
+
+      meta_end = 1 + rt_clusters + blocks + l1_clusters;
+      if (o->linear)
+        {
+          uint64_t align = cs >= (1 << 20) ? 1 : (1 << 20) / cs;
+          span = div_up (o->size, cs);
+          data_start = div_up (meta_end + l1_entries, align) * align;
+          total = data_start + span;
+        }
+      else
+        total = meta_end;
+      b = div_up (total, per_block);
+      rt = div_up (b * 8, cs);
+      if (b == blocks && rt == rt_clusters)
+        break;
+      blocks = b;
+      rt_clusters = rt;
+    }
+  if (rt_clusters * cs > MAX_REFTABLE_BYTES)
+    {
+      qcow2_set_error (err, EFBIG,
+                       "size %" PRIu64 " needs too large a "
+                       "refcount table at these settings",
+                       o->size);
+      return -1;
+    }
+  if (io->fixed_size && meta_end * cs > (uint64_t)io->get_size (io))
+    {
+      qcow2_set_error (err, ENOSPC, "the device is too small");
+      return -1;
+    }
+
+  buf = calloc (1, cs);
+  zero = calloc (1, cs);
+  if (buf == NULL || zero == NULL)
+    {
+      qcow2_set_error (err, ENOMEM, "out of memory");
+      goto fail_free;
+    }
+
+  /* Refcount table, then blocks (metadata clusters counted once). */
+  for (i = 0; i < blocks; ++i)
+    {
+      uint64_t off = (1 + rt_clusters + i) * cs;
+      put_be64 (buf + (i % (cs / 8)) * 8, off);
+      if ((i + 1) % (cs / 8) == 0 || i + 1 == blocks)
+        {
+          r = qcow2_hostio_pwrite (io, buf, cs, (1 + i / (cs / 8)) * cs);
+          if (r < 0)
+            goto io_fail;
+          memset (buf, 0, cs);
+        }
+    }
+  for (i = (blocks + cs / 8 - 1) / (cs / 8); i < rt_clusters; ++i)
+    if ((r = qcow2_hostio_pwrite (io, zero, cs, (1 + i) * cs)) < 0)
+      goto io_fail;
+  for (i = 0; i < blocks; ++i)
+    {
+      memset (buf, 0, cs);
+      for (c = i * per_block; c < (i + 1) * per_block && c < meta_end; ++c)
+        qcow2_rc_entry_set (buf, order, c - i * per_block, 1);
+      r = qcow2_hostio_pwrite (io, buf, cs, (1 + rt_clusters + i) * cs);
+      if (r < 0)
+        goto io_fail;
+    }
+  r = write_zero_clusters (io, (1 + rt_clusters + blocks) * cs,
+                           l1_clusters * cs, zero, cs);
+  if (r < 0 || (r = io->flush (io)) < 0)
+    goto io_fail;
+
+  /* The header last. */
+  memset (buf, 0, cs);
+  put_be32 (buf, QCOW2_MAGIC);
+  put_be32 (buf + 4, 3);
+  put_be32 (buf + 20, cbits);
+  put_be64 (buf + 24, o->size);
+  put_be32 (buf + 36, l1_entries);
+  put_be64 (buf + 40, (1 + rt_clusters + blocks) * cs);
+  put_be64 (buf + 48, cs);
+  put_be32 (buf + 56, rt_clusters);
+  put_be32 (buf + 96, order);
+  put_be32 (buf + 100, V3_HEADER_BYTES);
+  {
+    unsigned char *e = buf + V3_HEADER_BYTES;
+    if (o->linear)
+      {
+        put_be32 (e, QCOW2_EXT_LINEAR_LAYOUT);
+        put_be32 (e + 4, 16);
+        put_be64 (e + 8, data_start * cs);
+        put_be64 (e + 16, span * cs);
+        e += 24;
+      }
+    /* Then the end marker: eight zero bytes, already there. */
+  }
+  r = qcow2_hostio_pwrite (io, buf, cs, 0);
+  if (r < 0 || (r = io->flush (io)) < 0)
+    goto io_fail;
+  free (buf);
+  free (zero);
+  return 0;
+
+io_fail:
+  qcow2_set_error (err, -r, "creating the image: %s", strerror (-r));
+fail_free:
+  free (buf);
+  free (zero);
+  return -1;
+}
