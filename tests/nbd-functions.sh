@@ -56,33 +56,33 @@ start_fg ()
 # The pid a pipeline holds: the process it started.
 fg_pid () { echo "${_fg_pid[$1]}"; }
 
-# wait_exit NAME [SECONDS]: wait for the job to exit by itself; prints
-# its exit status, or "running" if it is still there after SECONDS.
+# wait_exit NAME [SECONDS]: wait for the job to exit by itself and set
+# $exit_status to its exit status, or to "running" if it is still there
+# after SECONDS.  (Not a command substitution: only this shell can wait
+# for its jobs.)
 wait_exit ()
 {
-  local name=$1 secs=${2:-10} pid i rc
+  local name=$1 secs=${2:-10} pid i
   pid=${_fg_pid[$name]}
   for ((i = 0; i < secs * 20; i++)); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
   done
   if kill -0 "$pid" 2>/dev/null; then
-    echo running
+    exit_status=running
     return 0
   fi
-  rc=0
-  wait "$pid" || rc=$?
+  exit_status=0
+  wait "$pid" || exit_status=$?
   rm -f "$T/$name.pid"
-  echo "$rc"
 }
 
 # stop_fg NAME: SIGTERM to the process the pipeline started (what
-# imageio's Popen.terminate() does); prints its exit status.
+# imageio's Popen.terminate() does); sets $exit_status.
 stop_fg ()
 {
-  local name=$1
-  kill -TERM "${_fg_pid[$name]}" 2>/dev/null || true
-  wait_exit "$name" 20
+  kill -TERM "${_fg_pid[$1]}" 2>/dev/null || true
+  wait_exit "$1" 20
 }
 
 # The part of nbdinfo's view that must be equal, one "key=value" a line.

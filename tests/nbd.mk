@@ -2,6 +2,9 @@
 # runs the same command lines through the real qemu-nbd and through
 # nbdstack-nbd and compares what clients see.
 NBD_TESTS = \
-	test-nbd-cmdline.sh
+	test-nbd-cmdline.sh \
+	test-nbd-differential.sh \
+	test-nbd-clients.sh \
+	test-nbd-fork.sh
 TESTS += $(NBD_TESTS)
-EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh
+EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py
