@@ -183,10 +183,17 @@ resolve_contained (struct q2 *q, const char *referrer, const char *name,
   return real;
 }
 
+/* lib/ can write qcow2, but the plugin serves it only once the whole
+ * write path is done and tested (lib/WRITING.md): until then every file
+ * is opened read-only.  When writes are served, only the top image is
+ * opened for writing; backing and data files never are.
+ */
+static const bool serve_writes = false;
+
 static struct qcow2_hostio *
-open_file (const char *path, struct stat *st)
+open_file (const char *path, struct stat *st, bool writable)
 {
-  int fd = open (path, O_RDONLY | O_CLOEXEC);
+  int fd = open (path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   struct qcow2_hostio *io;
 
   if (fd == -1)
@@ -226,9 +233,12 @@ sniff_qcow2 (struct qcow2_hostio *io, bool *is_qcow2)
   return 0;
 }
 
-/* Open the layer at 'path' (index q->nlayers) as qcow2 or raw. */
+/* Open the layer at 'path' (index q->nlayers) as qcow2 or raw; only
+ * a top layer can be 'writable'.
+ */
 static int
-open_layer (struct q2 *q, const char *path, bool is_top, const char *format)
+open_layer (struct q2 *q, const char *path, bool is_top, bool writable,
+            const char *format)
 {
   struct layer *l = &q->layers[q->nlayers];
   struct stat st;
@@ -243,7 +253,7 @@ open_layer (struct q2 *q, const char *path, bool is_top, const char *format)
       return -1;
     }
   q->nlayers++;
-  l->io = open_file (path, &st);
+  l->io = open_file (path, &st, is_top && writable);
   if (l->io == NULL)
     return -1;
   l->dev = st.st_dev;
@@ -284,6 +294,7 @@ open_layer (struct q2 *q, const char *path, bool is_top, const char *format)
       struct qcow2_open_options opts = {
         .l2_cache_size = l2_cache_size,
         .snapshot = is_top ? snapshot : NULL,
+        .writable = is_top && writable,
       };
       struct qcow2_error err = { 0 };
 
@@ -311,7 +322,7 @@ open_data_file (struct q2 *q, unsigned i)
   real = resolve_contained (q, l->path, name, "external data file");
   if (real == NULL)
     return -1;
-  l->data_io = open_file (real, &st);
+  l->data_io = open_file (real, &st, false);
   if (l->data_io == NULL)
     return -1;
   qcow2_set_data_file (l->img, l->data_io);
@@ -335,7 +346,8 @@ qcow2_glue_open (const struct image_options *opts)
       nbdkit_error ("calloc: %m");
       goto fail;
     }
-  if (open_layer (q, opts->file, true, "qcow2") == -1)
+  if (open_layer (q, opts->file, true, serve_writes && !opts->readonly, "qcow2")
+      == -1)
     goto fail;
 
   /* Everything the image refers to must resolve inside this directory. */
@@ -393,7 +405,8 @@ qcow2_glue_open (const struct image_options *opts)
       real = resolve_contained (q, l->path, name, "backing file");
       if (real == NULL)
         goto fail;
-      if (open_layer (q, real, false, qcow2_get_backing_format (l->img)) == -1)
+      if (open_layer (q, real, false, false, qcow2_get_backing_format (l->img))
+          == -1)
         goto fail;
       l = &q->layers[i];
       below = &q->layers[i + 1];
