@@ -5,6 +5,7 @@ NBD_TESTS = \
 	test-nbd-cmdline.sh \
 	test-nbd-differential.sh \
 	test-nbd-clients.sh \
-	test-nbd-fork.sh
+	test-nbd-fork.sh \
+	test-nbd-upload.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py
