@@ -288,9 +288,9 @@ usage (void)
 "  -h, --help                display this help and exit\n"
 "  -V, --version             output version information and exit\n"
 "\n"
-"Environment: NBDSTACK_NBDKIT (nbdkit to run, default from PATH),\n"
-"NBDSTACK_OPTIONS and NBDSTACK_CONFIG (default %s)\n"
-"set these (key=value):\n",
+"Environment: NBDSTACK_NBDKIT, the nbdkit to run (default: nbdkit from PATH).\n"
+"Our own settings, key=value, come from NBDSTACK_OPTIONS (blank-separated)\n"
+"over the config file NBDSTACK_CONFIG (default %s):\n",
           progname, DEFAULT_CONFIG);
   /* clang-format on */
   settings_print_keys ();
