@@ -22,7 +22,7 @@ static const struct
   enum setting_dest dest;
   const char *help;
 } known[] = {
-  { "coalesce", DEST_SELF, "on|off: the coalesce filter (default on)" },
+  { "coalesce", DEST_SELF, "on|off: the coalesce filter (default off)" },
   { "coalesce-mode", DEST_COALESCE, "writeback|writethrough" },
   { "coalesce-size", DEST_COALESCE, "SIZE" },
   { "coalesce-delay", DEST_COALESCE, "MS" },

@@ -140,7 +140,7 @@ has "$out" "discard=pass"
 has "$out" "exportname="
 has "$out" "exportname-strict=true"
 has "$out" "blocksize-maximum=32M"
-has "$out" "--filter=$abs_top_builddir/filters/coalesce/.libs/nbdkit-coalesce-filter.so"
+hasnt "$out" "--filter=[^ ]*coalesce[^ ]*"
 hasnt "$out" "--filter=fua"
 hasnt "$out" "-r"
 [ "$(wc -l <"$T/dry.err")" = 1 ] && grep -q -- '--allocation-depth' "$T/dry.err" ||
@@ -183,9 +183,13 @@ grep -q 'probing guessed raw' "$T/dry.err" || fail "no -f: the probe warning is 
 
 # Cache modes.
 out=$(dry -k "$sock" -f raw --cache=writethrough "$img")
-has "$out" "cache=writeback"; has "$out" "fuamode=force"; has "$out" "coalesce-mode=writethrough"
+has "$out" "cache=writeback"; has "$out" "fuamode=force"
+out=$(NBDSTACK_OPTIONS=coalesce=on dry -k "$sock" -f raw --cache=writethrough "$img")
+has "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "coalesce-mode=writethrough"
 out=$(dry -k "$sock" -f raw --cache=directsync "$img")
-has "$out" "cache=none"; has "$out" "fuamode=force"; has "$out" "coalesce-mode=writethrough"
+has "$out" "cache=none"; has "$out" "fuamode=force"
+out=$(NBDSTACK_OPTIONS=coalesce=on dry -k "$sock" -f raw --cache=directsync "$img")
+has "$out" "coalesce-mode=writethrough"
 out=$(dry -k "$sock" -f raw --cache=unsafe "$img")
 has "$out" "cache=writeback"; has "$out" "fuamode=discard"
 out=$(dry -k "$sock" -f raw -n "$img")
@@ -211,14 +215,17 @@ has "$out" "snapshot=snap1"
 # Our own settings, from NBDSTACK_OPTIONS over the config file.
 cat >"$T/nbd.conf" <<CONF
 # comment
-coalesce = off
+coalesce = on
 zerodetect-granularity=128K
 CONF
 out=$(NBDSTACK_CONFIG=$T/nbd.conf dry -k "$sock" -f raw --discard=unmap --detect-zeroes=unmap "$img")
-hasnt "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "zerodetect-granularity=128K"
-out=$(NBDSTACK_CONFIG=$T/nbd.conf NBDSTACK_OPTIONS="coalesce=on coalesce-size=16M threads=4" \
+has "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "zerodetect-granularity=128K"
+out=$(NBDSTACK_CONFIG=$T/nbd.conf NBDSTACK_OPTIONS="coalesce=off coalesce-size=16M threads=4" \
         dry -k "$sock" -f raw "$img")
-has "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "coalesce-size=16M"; has "$out" "--threads=4"
+hasnt "$out" "--filter=[^ ]*coalesce[^ ]*"; hasnt "$out" "coalesce-size=16M"; has "$out" "--threads=4"
+out=$(NBDSTACK_OPTIONS="coalesce-size=16M" dry -k "$sock" -f raw "$img")
+has "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "coalesce-size=16M"
+expect_error "coalesce=maybe: expected on or off" env NBDSTACK_OPTIONS="coalesce=maybe" "$NBDSTACK_NBD" -k "$sock" -f raw "$img"
 expect_error "unknown setting 'nosuch'" env NBDSTACK_OPTIONS="nosuch=1" "$NBDSTACK_NBD" -k "$sock" -f raw "$img"
 expect_error "coalesce-mode=writeback contradicts --cache=writethrough" \
   env NBDSTACK_OPTIONS="coalesce-mode=writeback" "$NBDSTACK_NBD" -k "$sock" -f raw --cache=writethrough "$img"

@@ -26,9 +26,16 @@ qbase=$T/base.qcow2
 # A snapshot of the original contents, then different current data.
 "$QEMU_IMG" snapshot -c snap1 "$qbase"
 "$QEMU_IO" -f qcow2 -c 'write -P 0x5a 1M 3M' "$qbase" >/dev/null
+# An overlay on a backing file named relative to it, as qemu-img makes
+# them: without "backing": null both servers follow the chain.
+"$QEMU_IMG" convert -q -f raw -O qcow2 "$base" "$T/backing.qcow2"
+"$QEMU_IMG" create -q -f qcow2 -b backing.qcow2 -F qcow2 "$T/overlay.qcow2"
+"$QEMU_IO" -f qcow2 -c 'write -P 0xa5 8M 1M' "$T/overlay.qcow2" >/dev/null
 
 seed=0
+ours_options=
 # run_case NAME URI-TEMPLATE PERSISTENT CONNS IMAGE-KIND ARGS...
+# ($ours_options, if set, is nbdstack-nbd's NBDSTACK_OPTIONS.)
 # Templates: @SOCK@, @PORT@ and @IMG@ are this server's socket, port
 # and image copy.  URI-TEMPLATE "" means the export is read-only and
 # only compared.  CONNS > 1 also runs randops with CONNS - 1 workers.
@@ -46,6 +53,7 @@ run_case ()
     case $kind in
       raw) cp "$base" "$img" ;;
       qcow2) cp "$qbase" "$img" ;;
+      overlay) cp "$T/overlay.qcow2" "$img" ;;
     esac
     imgs[$k]=$img
     local args=()
@@ -56,7 +64,12 @@ run_case ()
     done
     uri=${uri_t//@SOCK@/$sock}
     uris[$k]=${uri//@PORT@/$port}
+    if [ $k = ours ] && [ -n "$ours_options" ]; then
+      NBDSTACK_OPTIONS=$ours_options
+      export NBDSTACK_OPTIONS
+    fi
     start_fg "$k" "$name-$k" "${args[@]}"
+    unset NBDSTACK_OPTIONS
   done
 
   # What a client sees at connection time.
@@ -98,10 +111,10 @@ run_case ()
   # server is checked against randops' own model; servers may differ in
   # what they make of FAST_ZERO, so the images are not compared after
   # this.  No trims here: where a trim is not aligned to what the plugin
-  # can punch (4K with cache=none), the coalesce filter may show data
-  # older than the last write in its unpunched edges (NBD leaves trimmed
-  # bytes undefined, randops expects old or zero; see the coalesce man
-  # page).  The request stream above trims, aligned.
+  # can punch (4K with cache=none), the coalesce filter (coalesce=on)
+  # may show data older than the last write in its unpunched edges (NBD
+  # leaves trimmed bytes undefined, randops expects old or zero; see the
+  # coalesce man page).  The request stream above trims, aligned.
   if [ "$conns" -gt 1 ]; then
     for k in qemu ours; do
       "$RANDOPS" --no-trim -c $((conns - 1)) -n 300 -s $seed "${uris[$k]}" >/dev/null ||
@@ -138,6 +151,12 @@ imageio=(--export-name= --persistent --shared=8 --cache=none --aio=native
 # oVirt imageio's upload server, raw, on a unix socket and over TCP.
 run_case imageio-unix "$unix_uri" yes 5 raw "${imageio[@]}" --socket=@SOCK@ "$raw_json"
 run_case imageio-tcp "$tcp_uri" yes 5 raw "${imageio[@]}" --bind=127.0.0.1 --port=@PORT@ "$raw_json"
+# The same with our write-back buffer, and with it in write-through mode.
+ours_options=coalesce=on
+run_case imageio-coalesce "$unix_uri" yes 5 raw "${imageio[@]}" --socket=@SOCK@ "$raw_json"
+run_case writethrough-coalesce "$unix_uri" yes 5 raw --export-name= --persistent --shared=8 \
+  --cache=writethrough --discard=unmap --detect-zeroes=unmap --socket=@SOCK@ "$raw_json"
+ours_options=
 # imageio exposing a range of a raw image (its offset= and size=).
 run_case imageio-range "$unix_uri" yes 5 raw "${imageio[@]}" --socket=@SOCK@ \
   'json:{"driver": "raw", "offset": 1048576, "size": 16777216, "file": {"driver": "file", "filename": "@IMG@"}}'
@@ -158,6 +177,9 @@ run_case offset "$unix_uri" yes 1 raw -t -k @SOCK@ -f raw -o 1048576 --cache=dir
 run_case image-opts "$unix_uri" yes 1 raw -t -k @SOCK@ --cache=writeback \
   --image-opts 'driver=raw,offset=4096,file.driver=file,file.filename=@IMG@'
 run_case unsafe "$unix_uri" yes 1 raw -t -k @SOCK@ -f raw --cache=unsafe --discard=on --detect-zeroes=on @IMG@
+# A qcow2 overlay and its backing file, read-only, format probed.
+run_case chain "$unix_uri" ro 1 overlay -t -k @SOCK@ -r @IMG@
+cmp -s "$T/chain-ours.read" "$base" && fail "chain: the overlay's own data is missing"
 # An internal snapshot of a qcow2 image, read-only.
 run_case snapshot "$unix_uri" ro 1 qcow2 -t -k @SOCK@ -l snap1 @IMG@
 cmp "$T/snapshot-ours.read" "$base" || fail "snapshot: -l snap1 is not the snapshot's data"
