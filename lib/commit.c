@@ -1,4 +1,5 @@
-/* nbdstack qcow2 library: making writes durable in a crash-safe order.
+/* nbdstack qcow2 library: making writes durable in a crash-safe order,
+ * one commit for many flushes.
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * Writes change only memory (refcounts, L2 tables, L1) besides the data
@@ -16,8 +17,20 @@
  * So a crash at any point leaves every reference with a durable target
  * and a refcount at least as large as its references (at worst leaked
  * clusters), and a cluster is never reused while an old pointer to it
- * may still be on disk.  This is the single-threaded form: the caller
- * holds the write lock, so no write runs during a commit.
+ * may still be on disk.
+ *
+ * Group commit: the flushes (fdatasync) run without the image lock, so
+ * reads and writes go on meanwhile, and a flush that arrives during a
+ * commit waits for the next one, which serves every flush that arrived
+ * in the meantime.  The cut, under the lock, writes phase 1 (page-cache
+ * writes, and the only writers of refcount blocks - eviction, table
+ * growth - also hold the lock, so no older copy can land after a newer
+ * one) and copies phase 2 (L2 tables, pinned in the cache until the
+ * copy is written; L1 sectors), and takes the references to drop.
+ * Changes after the cut belong to the next commit.  Phase 3 runs under
+ * the lock again: every write request holds the lock for its whole
+ * length, so all requests that started before the cut have finished and
+ * none can still use a cluster freed here.
  */
 #include <config.h>
 
@@ -59,95 +72,235 @@ qcow2_free_after_commit (struct qcow2_image *img, uint64_t cluster,
 }
 
 static int
-fail (struct qcow2_image *img, struct qcow2_error *err, int r, const char *what)
+io_fail (struct qcow2_error *err, int r, const char *what)
 {
-  if (r < 0)
-    qcow2_set_error (err, -r, "%s: %s", what, strerror (-r));
-  img->failed = true;
+  qcow2_set_error (err, -r, "%s: %s", what, strerror (-r));
   return -1;
 }
 
+/* Copy the dirty L1 sectors, big-endian, into the commit's buffer. */
 static int
-write_l1 (struct qcow2_image *img, bool *wrote, struct qcow2_error *err)
+cut_l1 (struct qcow2_image *img, struct qcow2_error *err)
 {
   const uint64_t nsectors
       = ((uint64_t)img->l1_size + L1_SECTOR_ENTRIES - 1) / L1_SECTOR_ENTRIES;
-  uint64_t s, buf[L1_SECTOR_ENTRIES];
+  struct qcow2_commit *c = &img->commit;
+  uint64_t s;
 
+  c->nl1 = 0;
   for (s = 0; s < nsectors; ++s)
     {
       uint64_t first = s * L1_SECTOR_ENTRIES, n = L1_SECTOR_ENTRIES, i;
-      int r;
+      uint64_t *buf;
 
       if (!(img->l1_dirty[s / 64] & (1ULL << (s % 64))))
         continue;
+      if (c->nl1 == c->l1_cap)
+        {
+          size_t cap = c->l1_cap ? c->l1_cap * 2 : 8;
+          uint64_t *p = realloc (c->l1_buf, cap * 512);
+          uint64_t *q = realloc (c->l1_sector, cap * sizeof *q);
+          if (p)
+            c->l1_buf = p;
+          if (q)
+            c->l1_sector = q;
+          if (p == NULL || q == NULL)
+            {
+              qcow2_set_error (err, ENOMEM, "out of memory");
+              return -1;
+            }
+          c->l1_cap = cap;
+        }
       if (first + n > img->l1_size)
         n = img->l1_size - first;
+      buf = c->l1_buf + c->nl1 * L1_SECTOR_ENTRIES;
       for (i = 0; i < n; ++i)
         put_be64 (&buf[i], img->l1[first + i]);
-      r = qcow2_hostio_pwrite (img->io, buf, n * 8, img->l1_offset + first * 8);
-      if (r < 0)
-        return fail (img, err, r, "writing the L1 table");
+      c->l1_sector[c->nl1++] = s;
       img->l1_dirty[s / 64] &= ~(1ULL << (s % 64));
-      *wrote = true;
     }
   return 0;
+}
+
+/* Under the lock: phase 1's writes, phase 2's copies, the frees. */
+static int
+cut (struct qcow2_image *img, struct qcow2_error *err)
+{
+  struct qcow2_commit *c = &img->commit;
+  uint64_t *tmp;
+  size_t tcap;
+  int r;
+
+  if (qcow2_rc_write_dirty (img, err) == -1)
+    return -1;
+  r = l2_cache_write_dirty (img->l2, true);
+  if (r < 0)
+    return io_fail (err, r, "writing new L2 tables");
+  r = l2_cache_cut (img->l2, &c->l2, &c->nl2, &c->l2_cap);
+  if (r < 0)
+    return io_fail (err, r, "copying L2 tables");
+  if (cut_l1 (img, err) == -1)
+    return -1;
+  /* The frees of this epoch go with it; the next starts empty. */
+  tmp = c->frees;
+  tcap = c->frees_cap;
+  c->frees = img->pending;
+  c->nfrees = img->npending;
+  c->frees_cap = img->pending_cap;
+  img->pending = tmp;
+  img->pending_cap = tcap;
+  img->npending = 0;
+  return 0;
+}
+
+/* Without the lock: the two flushes and phase 2's writes. */
+static int
+write_out (struct qcow2_image *img, struct qcow2_error *err)
+{
+  struct qcow2_commit *c = &img->commit;
+  size_t i;
+  int r;
+
+  r = img->io->flush (img->io);
+  if (r < 0)
+    return io_fail (err, r, "flush");
+  for (i = 0; i < c->nl2; ++i)
+    {
+      r = qcow2_hostio_pwrite (img->io, c->l2[i].table, img->cluster_size,
+                               c->l2[i].offset);
+      if (r < 0)
+        return io_fail (err, r, "writing an L2 table");
+    }
+  for (i = 0; i < c->nl1; ++i)
+    {
+      uint64_t first = c->l1_sector[i] * L1_SECTOR_ENTRIES;
+      uint64_t n = img->l1_size - first < L1_SECTOR_ENTRIES
+                       ? img->l1_size - first
+                       : L1_SECTOR_ENTRIES;
+      r = qcow2_hostio_pwrite (img->io, c->l1_buf + i * L1_SECTOR_ENTRIES,
+                               n * 8, img->l1_offset + first * 8);
+      if (r < 0)
+        return io_fail (err, r, "writing the L1 table");
+    }
+  if (c->nl2 > 0 || c->nl1 > 0)
+    {
+      r = img->io->flush (img->io);
+      if (r < 0)
+        return io_fail (err, r, "flush");
+    }
+  return 0;
+}
+
+/* Under the lock again: removed references are durably gone. */
+static int
+apply_frees (struct qcow2_image *img, struct qcow2_error *err)
+{
+  struct qcow2_commit *c = &img->commit;
+  size_t i;
+
+  for (i = 0; i < c->nfrees; ++i)
+    {
+      uint64_t cl = c->frees[i], v;
+
+      if (qcow2_rc_update (img, cl, -1, err) == -1
+          || qcow2_rc_get (img, cl, &v, err) == -1)
+        return -1;
+      if (v == 0)
+        {
+          /* Give the space back to the file system; a hint only. */
+          if (img->io->zero)
+            img->io->zero (img->io, cl << img->cluster_bits, img->cluster_size,
+                           true);
+          qcow2_alloc_reuse (img, cl);
+        }
+    }
+  c->nfrees = 0;
+  return 0;
+}
+
+/* One commit, by the thread that set img->committing. */
+static int
+run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
+{
+  int r;
+
+  pthread_rwlock_wrlock (&img->lock);
+  if (img->failed)
+    {
+      pthread_rwlock_unlock (&img->lock);
+      qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
+      return -1;
+    }
+  pthread_mutex_lock (&img->commit_lock);
+  *my_cut = ++img->cut_seq;
+  pthread_mutex_unlock (&img->commit_lock);
+  r = cut (img, err);
+  pthread_rwlock_unlock (&img->lock);
+
+  if (r == 0)
+    r = write_out (img, err);
+
+  pthread_rwlock_wrlock (&img->lock);
+  l2_cache_unpin_all (img->l2);
+  if (r == 0)
+    r = apply_frees (img, err);
+  if (r == -1)
+    img->failed = true;
+  pthread_rwlock_unlock (&img->lock);
+  return r;
 }
 
 int
 qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
 {
-  bool phase2;
-  size_t i;
-  int r;
+  uint64_t target, my_cut;
+  int r = 0;
 
-  if (img->failed)
+  pthread_mutex_lock (&img->commit_lock);
+  /* Everything that completed before this call is covered by any cut
+   * taken from now on.
+   */
+  target = img->cut_seq + 1;
+  while (img->done_seq < target && img->commit_errno == 0)
     {
-      qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
-      return -1;
-    }
-
-  /* 1: what new references will need. */
-  if (qcow2_rc_write_dirty (img, err) == -1)
-    return fail (img, err, 0, NULL);
-  r = l2_cache_write_dirty (img->l2, true);
-  if (r < 0)
-    return fail (img, err, r, "writing new L2 tables");
-  r = img->io->flush (img->io);
-  if (r < 0)
-    return fail (img, err, r, "flush");
-
-  /* 2: the references. */
-  phase2 = l2_cache_dirty_count (img->l2) > 0;
-  r = l2_cache_write_dirty (img->l2, false);
-  if (r < 0)
-    return fail (img, err, r, "writing L2 tables");
-  if (write_l1 (img, &phase2, err) == -1)
-    return -1;
-  if (phase2)
-    {
-      r = img->io->flush (img->io);
-      if (r < 0)
-        return fail (img, err, r, "flush");
-    }
-
-  /* 3: removed references are durably gone. */
-  for (i = 0; i < img->npending; ++i)
-    {
-      uint64_t c = img->pending[i], v;
-
-      if (qcow2_rc_update (img, c, -1, err) == -1
-          || qcow2_rc_get (img, c, &v, err) == -1)
-        return fail (img, err, 0, NULL);
-      if (v == 0)
+      if (img->committing)
         {
-          /* Give the space back to the file system; a hint only. */
-          if (img->io->zero)
-            img->io->zero (img->io, c << img->cluster_bits, img->cluster_size,
-                           true);
-          qcow2_alloc_reuse (img, c);
+          pthread_cond_wait (&img->commit_done, &img->commit_lock);
+          continue;
         }
+      img->committing = true;
+      pthread_mutex_unlock (&img->commit_lock);
+      r = run_commit (img, &my_cut, err);
+      pthread_mutex_lock (&img->commit_lock);
+      img->committing = false;
+      if (r == 0)
+        img->done_seq = my_cut;
+      else if (img->commit_errno == 0)
+        img->commit_errno = err->errnum ? err->errnum : EIO;
+      pthread_cond_broadcast (&img->commit_done);
     }
-  img->npending = 0;
-  return 0;
+  if (img->done_seq < target)
+    {
+      if (r == 0)
+        qcow2_set_error (err, img->commit_errno, "commit failed: %s",
+                         strerror (img->commit_errno));
+      r = -1;
+    }
+  pthread_mutex_unlock (&img->commit_lock);
+  return r;
+}
+
+void
+qcow2_commit_free (struct qcow2_image *img)
+{
+  struct qcow2_commit *c = &img->commit;
+  size_t i;
+
+  for (i = 0; i < c->l2_cap; ++i)
+    free (c->l2[i].table);
+  free (c->l2);
+  free (c->l1_buf);
+  free (c->l1_sector);
+  free (c->frees);
+  memset (c, 0, sizeof *c);
 }

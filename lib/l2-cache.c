@@ -17,6 +17,10 @@
  * at by anything on disk) in the commit's first phase and the others in
  * its second.  A writer that finds every slot of a shard dirty gets
  * -EAGAIN and commits first.  Tables are 4 KiB-aligned for O_DIRECT.
+ * A commit copies a dirty table at its cut and writes the copy later,
+ * without the image lock: until then the slot is pinned ('writeback'),
+ * since evicting it and reloading the table from disk would read what
+ * the disk had before.
  */
 #include <config.h>
 
@@ -35,7 +39,8 @@ struct l2_slot
   bool valid;
   bool loading;
   bool dirty;
-  bool is_new; /* dirty, and its cluster was allocated this epoch */
+  bool is_new;    /* dirty, and its cluster was allocated this epoch */
+  bool writeback; /* a commit is writing a copy: not evictable */
 };
 
 struct l2_shard
@@ -190,7 +195,7 @@ again:
           ref->table = sl->table;
           return 0;
         }
-      if (sl->refs == 0 && !sl->loading && !sl->dirty
+      if (sl->refs == 0 && !sl->loading && !sl->dirty && !sl->writeback
           && (victim == NULL
               || (victim->valid
                   && (!sl->valid || sl->last_use < victim->last_use))))
@@ -280,7 +285,7 @@ l2_cache_get_write (struct l2_cache *c, uint64_t offset, bool fresh,
           ref->table = sl->table;
           return 0;
         }
-      if (sl->refs == 0 && !sl->loading && !sl->dirty
+      if (sl->refs == 0 && !sl->loading && !sl->dirty && !sl->writeback
           && (victim == NULL
               || (victim->valid
                   && (!sl->valid || sl->last_use < victim->last_use))))
@@ -354,6 +359,67 @@ l2_cache_write_dirty (struct l2_cache *c, bool new_tables)
         }
     }
   return 0;
+}
+
+int
+l2_cache_cut (struct l2_cache *c, struct l2_copy **copies, size_t *n,
+              size_t *cap)
+{
+  unsigned i, j;
+
+  *n = 0;
+  for (i = 0; i < c->nshards; ++i)
+    {
+      struct l2_shard *s = &c->shards[i];
+      for (j = 0; j < s->nslots; ++j)
+        {
+          struct l2_slot *sl = &s->slots[j];
+          struct l2_copy *cp;
+
+          if (!sl->dirty)
+            continue;
+          if (*n == *cap)
+            {
+              size_t ncap = *cap ? *cap * 2 : 16;
+              struct l2_copy *p = realloc (*copies, ncap * sizeof *p);
+              if (p == NULL)
+                return -ENOMEM;
+              memset (p + *cap, 0, (ncap - *cap) * sizeof *p);
+              *copies = p;
+              *cap = ncap;
+            }
+          cp = &(*copies)[*n];
+          /* The copy buffers are kept between commits: a pool. */
+          if (cp->table == NULL
+              && posix_memalign ((void **)&cp->table, 4096, c->table_bytes)
+                     != 0)
+            {
+              cp->table = NULL;
+              return -ENOMEM;
+            }
+          memcpy (cp->table, sl->table, c->table_bytes);
+          cp->offset = sl->offset;
+          sl->dirty = sl->is_new = false;
+          sl->writeback = true;
+          (*n)++;
+        }
+    }
+  return 0;
+}
+
+void
+l2_cache_unpin_all (struct l2_cache *c)
+{
+  unsigned i, j;
+
+  for (i = 0; i < c->nshards; ++i)
+    {
+      struct l2_shard *s = &c->shards[i];
+      pthread_mutex_lock (&s->lock);
+      for (j = 0; j < s->nslots; ++j)
+        s->slots[j].writeback = false;
+      pthread_mutex_unlock (&s->lock);
+    }
 }
 
 unsigned

@@ -146,6 +146,7 @@ free_write_state (struct qcow2_image *img)
   free (img->l1_dirty);
   free (img->pending);
   free (img->cow_buf);
+  qcow2_commit_free (img);
   img->l1_dirty = img->pending = NULL;
   img->cow_buf = NULL;
   img->writable = false;

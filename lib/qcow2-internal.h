@@ -79,6 +79,32 @@ extern void l2_cache_mark_dirty (struct l2_ref *ref, bool is_new);
 /* Write back the dirty new tables, or the other dirty ones (no flush). */
 extern int l2_cache_write_dirty (struct l2_cache *cache, bool new_tables);
 extern unsigned l2_cache_dirty_count (const struct l2_cache *cache);
+/* A commit's cut: copy every dirty table into copies[0, *n) (the array
+ * and its buffers are reused from one commit to the next), mark them
+ * clean and pin them until l2_cache_unpin_all.
+ */
+struct l2_copy
+{
+  uint64_t offset;
+  uint64_t *table;
+};
+extern int l2_cache_cut (struct l2_cache *cache, struct l2_copy **copies,
+                         size_t *n, size_t *cap);
+extern void l2_cache_unpin_all (struct l2_cache *cache);
+
+/* What a commit (commit.c) carries from its cut to its end; the
+ * buffers are kept for the next commit.
+ */
+struct qcow2_commit
+{
+  struct l2_copy *l2;
+  size_t nl2, l2_cap;
+  uint64_t *l1_buf;    /* 64 big-endian entries per dirty sector */
+  uint64_t *l1_sector; /* which sector each is */
+  size_t nl1, l1_cap;
+  uint64_t *frees; /* references to drop after the commit */
+  size_t nfrees, frees_cap;
+};
 
 enum qcow2_alloc_mode
 {
@@ -164,6 +190,16 @@ struct qcow2_image
   uint64_t *pending;
   size_t npending, pending_cap;
   unsigned char *cow_buf; /* one cluster, for partial-cluster writes */
+  /* Group commit: cut_seq counts cuts, done_seq is the last cut whose
+   * commit completed; one commit runs at a time ('committing').
+   * Protected by commit_lock, which is never held while taking 'lock'.
+   */
+  pthread_mutex_t commit_lock;
+  pthread_cond_t commit_done;
+  uint64_t cut_seq, done_seq;
+  bool committing;
+  int commit_errno; /* sticky: a commit failed */
+  struct qcow2_commit commit;
 };
 
 /* Opening: qcow2_parse_header (header.c) reads the first cluster and
@@ -288,10 +324,12 @@ extern int qcow2_alloc_reuse (struct qcow2_image *img, uint64_t cluster);
 extern int qcow2_free_after_commit (struct qcow2_image *img, uint64_t cluster,
                                     struct qcow2_error *err);
 extern void qcow2_l1_mark_dirty (struct qcow2_image *img, uint64_t l1_idx);
-/* Make every change so far durable, in crash-safe order.  Called with
- * the write lock held; on failure the image is failed.
+/* Make every change completed before the call durable, in crash-safe
+ * order, sharing one commit with concurrent callers.  Called WITHOUT
+ * the image lock; on failure the image is failed.
  */
 extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
+extern void qcow2_commit_free (struct qcow2_image *img);
 
 /* Table entry bits. */
 #define L1E_OFFSET_MASK 0x00fffffffffffe00ULL

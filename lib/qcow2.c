@@ -50,6 +50,8 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
     }
   img->uid = __atomic_add_fetch (&next_uid, 1, __ATOMIC_RELAXED);
   pthread_rwlock_init (&img->lock, NULL);
+  pthread_mutex_init (&img->commit_lock, NULL);
+  pthread_cond_init (&img->commit_done, NULL);
   img->io = img->data_io = io;
   if (qcow2_parse_header (img, opts, err) == -1)
     goto fail;
@@ -130,6 +132,8 @@ qcow2_close (struct qcow2_image *img)
   free (img->backing_format);
   free (img->data_file);
   pthread_rwlock_destroy (&img->lock);
+  pthread_mutex_destroy (&img->commit_lock);
+  pthread_cond_destroy (&img->commit_done);
   free (img);
 }
 

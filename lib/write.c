@@ -12,10 +12,11 @@
  * it (commit.c).  The data is durable before the entry that points at
  * it because every entry is written only in a commit's second phase.
  *
- * This is the single-threaded form: the image's write lock is held for
- * the whole request, and a request that needs a cache slot while every
- * slot is dirty commits in the middle (the state between two clusters
- * is always consistent).
+ * Write requests run one at a time: the image's write lock is held for
+ * the whole request, except that one that needs a cache slot while
+ * every slot is dirty drops it between two clusters (where the state is
+ * consistent) to wait for a commit.  Commits (and so flushes) do their
+ * I/O without the lock: see commit.c.
  */
 #include <config.h>
 
@@ -33,29 +34,31 @@ failed_image (struct qcow2_image *img, struct qcow2_error *err)
   return -1;
 }
 
-/* A slot for the table at 'offset', committing while none is free. */
+/* Returned when every cache slot the request could use is dirty: the
+ * caller commits (without the lock) and retries.
+ */
+#define RETRY 1
+
+/* A slot for the table at 'offset': 0, RETRY or -1. */
 static int
 get_write (struct qcow2_image *img, uint64_t offset, bool fresh,
            struct l2_ref *ref, struct qcow2_error *err)
 {
-  for (;;)
+  int r = l2_cache_get_write (img->l2, offset, fresh, ref);
+
+  if (r == -EAGAIN)
+    return RETRY;
+  if (r < 0)
     {
-      int r = l2_cache_get_write (img->l2, offset, fresh, ref);
-      if (r == 0)
-        return 0;
-      if (r != -EAGAIN)
-        {
-          qcow2_set_error (err, -r, "L2 table at %#" PRIx64 ": %s", offset,
-                           strerror (-r));
-          return -1;
-        }
-      if (qcow2_commit (img, err) == -1)
-        return -1;
+      qcow2_set_error (err, -r, "L2 table at %#" PRIx64 ": %s", offset,
+                       strerror (-r));
+      return -1;
     }
+  return 0;
 }
 
 /* The L2 table covering L1 index 'l1_idx', made if missing.  *is_new:
- * the table is not on disk yet.
+ * the table is not on disk yet.  0, RETRY or -1.
  */
 static int
 get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx, struct l2_ref *ref,
@@ -63,13 +66,22 @@ get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx, struct l2_ref *ref,
 {
   uint64_t l1e = img->l1[l1_idx];
   uint64_t l2_off = l1e & L1E_OFFSET_MASK, c;
+  int r;
 
   if (l2_off == 0)
     {
       if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1)
         return -1;
-      if (get_write (img, c << img->cluster_bits, true, ref, err) == -1)
-        return -1; /* c stays counted: a leak, never a corruption */
+      r = get_write (img, c << img->cluster_bits, true, ref, err);
+      if (r == RETRY)
+        {
+          /* Nothing refers to c: give it back now. */
+          if (qcow2_rc_update (img, c, -1, err) == -1)
+            return -1;
+          qcow2_alloc_reuse (img, c);
+        }
+      if (r != 0)
+        return r; /* on error c stays counted: a leak, never corruption */
       img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
       qcow2_l1_mark_dirty (img, l1_idx);
       *is_new = true;
@@ -123,7 +135,9 @@ io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
   return -1;
 }
 
-/* Write [off, off+n) (inside one cluster) from 'data'. */
+/* Write [off, off+n) (inside one cluster) from 'data': 0, RETRY or
+ * -1.
+ */
 static int
 write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
                uint64_t n, struct qcow2_error *err)
@@ -137,10 +151,12 @@ write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
   bool is_new;
   uint64_t *ent, e, host, c, v;
   struct iovec iov[3];
-  int niov = 0, r = -1;
+  int niov = 0, r;
 
-  if (get_l2_for_write (img, l1_idx, &ref, &is_new, err) == -1)
-    return -1;
+  r = get_l2_for_write (img, l1_idx, &ref, &is_new, err);
+  if (r != 0)
+    return r;
+  r = -1;
   ent = (uint64_t *)ref.table + l2_idx;
   e = get_be64 (ent);
   host = e & L2E_OFFSET_MASK;
@@ -236,6 +252,18 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
       if (n > count)
         n = count;
       r = write_cluster (img, p, offset, n, err);
+      if (r == RETRY)
+        {
+          /* Between two clusters the state is consistent: let the
+           * commit (and other requests) run, then go on.
+           */
+          pthread_rwlock_unlock (&img->lock);
+          r = qcow2_commit (img, err);
+          pthread_rwlock_wrlock (&img->lock);
+          if (r == 0 && img->failed)
+            r = failed_image (img, err);
+          continue;
+        }
       p += n;
       offset += n;
       count -= n;
@@ -252,12 +280,7 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
 int
 qcow2_flush (struct qcow2_image *img, struct qcow2_error *err)
 {
-  int r;
-
   if (!img->writable)
     return 0;
-  pthread_rwlock_wrlock (&img->lock);
-  r = qcow2_commit (img, err);
-  pthread_rwlock_unlock (&img->lock);
-  return r;
+  return qcow2_commit (img, err);
 }

@@ -25,6 +25,13 @@
  *   test-qcow2-write-unit shuffle IMAGE OUT.raw SEED
  *     write every cluster of the disk once, whole, in random order (the
  *     upload pattern the linear layout exists for); OUT.raw as above.
+ *   test-qcow2-write-unit group IMAGE.qcow2 DIR SEED IMAGES
+ *     4 threads write their own clusters (interleaved, so they share L2
+ *     tables and refcount blocks) and flush often, through a recording
+ *     hostio whose flushes are slow: flushes must share commits (fewer
+ *     commits than flush calls), every thread reads back what it
+ *     wrote, and crash images keep each thread's flushed data
+ *     (DIR/crash-N.qcow2 for qemu-img check).
  * Each command exits non-zero with a message on the first failure.
  * SPDX-License-Identifier: BSD-3-Clause
  */
@@ -818,6 +825,282 @@ test_shuffle (char *argv[])
   printf ("ok: shuffle %s\n", argv[2]);
 }
 
+/* ---- group commit ---- */
+
+#define GROUP_THREADS 4
+#define GROUP_OPS 150
+
+struct gop
+{
+  size_t ev_start, ev_end;
+  bool flush;
+  uint64_t off, len;
+  unsigned char *stable; /* flush: this thread's bytes at the call */
+};
+
+struct gthread
+{
+  unsigned id, seed;
+  struct gop ops[GROUP_OPS];
+};
+
+static struct
+{
+  struct qcow2_image *img;
+  struct qcow2_hostio *rec;
+  unsigned char *ref, *initial_disk;
+  uint64_t size, cs, nclusters;
+  unsigned flush_calls;
+} g;
+
+/* The recording hostio, with flushes that take a while (as real ones
+ * do), so that concurrent flushes can find a commit in progress.
+ */
+struct slow_io
+{
+  struct qcow2_hostio io;
+  struct qcow2_hostio *below;
+};
+
+static int
+slow_pread (struct qcow2_hostio *io, void *buf, size_t n, uint64_t off)
+{
+  struct slow_io *s = (struct slow_io *)io;
+  return s->below->pread (s->below, buf, n, off);
+}
+
+static int64_t
+slow_get_size (struct qcow2_hostio *io)
+{
+  struct slow_io *s = (struct slow_io *)io;
+  return s->below->get_size (s->below);
+}
+
+static int
+slow_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int n,
+              uint64_t off)
+{
+  struct slow_io *s = (struct slow_io *)io;
+  return s->below->pwritev (s->below, iov, n, off);
+}
+
+static int
+slow_zero (struct qcow2_hostio *io, uint64_t off, uint64_t len, bool punch)
+{
+  struct slow_io *s = (struct slow_io *)io;
+  return s->below->zero (s->below, off, len, punch);
+}
+
+static int
+slow_flush (struct qcow2_hostio *io)
+{
+  struct slow_io *s = (struct slow_io *)io;
+  usleep (5000);
+  return s->below->flush (s->below);
+}
+
+static void
+slow_close (struct qcow2_hostio *io)
+{
+  free (io);
+}
+
+/* Is guest cluster 'c' thread t's? */
+static bool
+owns (unsigned t, uint64_t c)
+{
+  return c % GROUP_THREADS == t;
+}
+
+static void *
+group_worker (void *arg)
+{
+  struct gthread *th = arg;
+  struct qcow2_error err;
+  unsigned char *data = malloc (g.cs), *got = malloc (g.cs);
+  unsigned i;
+
+  CHECK (data && got);
+  for (i = 0; i < GROUP_OPS; ++i)
+    {
+      struct gop *op = &th->ops[i];
+      uint64_t c, j;
+
+      op->ev_start = qcow2_record_count (g.rec);
+      if (rand_r (&th->seed) % 4 == 0)
+        {
+          op->flush = true;
+          op->stable = malloc (g.size);
+          CHECK (op->stable);
+          for (c = th->id; c < g.nclusters; c += GROUP_THREADS)
+            memcpy (op->stable + c * g.cs, g.ref + c * g.cs, g.cs);
+          if (qcow2_flush (g.img, &err) == -1)
+            die ("thread %u: flush: %s", th->id, err.msg);
+          __atomic_add_fetch (&g.flush_calls, 1, __ATOMIC_RELAXED);
+        }
+      else
+        {
+          /* Inside one of its own clusters: part of it, or all. */
+          c = rnd64 (&th->seed) % (g.nclusters / GROUP_THREADS) * GROUP_THREADS
+              + th->id;
+          op->len
+              = rand_r (&th->seed) % 2 ? g.cs : 1 + rand_r (&th->seed) % g.cs;
+          op->off = c * g.cs + rand_r (&th->seed) % (g.cs - op->len + 1);
+          for (j = 0; j < op->len; ++j)
+            data[j] = (unsigned char)(th->id * 64 + i + 1);
+          if (qcow2_pwrite (g.img, data, op->len, op->off, &err) == -1)
+            die ("thread %u: write: %s", th->id, err.msg);
+          memcpy (g.ref + op->off, data, op->len);
+          if (qcow2_pread (g.img, got, op->len, op->off, &err) == -1
+              || memcmp (got, data, op->len) != 0)
+            die ("thread %u: reading back its write failed", th->id);
+        }
+      op->ev_end = qcow2_record_count (g.rec);
+    }
+  free (data);
+  free (got);
+  return NULL;
+}
+
+static void
+check_group_image (const unsigned char *file, size_t len, struct gthread *th,
+                   size_t upto, const char *name)
+{
+  struct qcow2_open_options opts = { .l2_cache_size = 1 };
+  struct qcow2_error err;
+  struct qcow2_hostio *io = qcow2_hostio_mem (file, len);
+  struct qcow2_image *img = qcow2_open (io, &opts, &err);
+  unsigned char *disk = malloc (g.size), *unstable = calloc (g.size, 1);
+  unsigned t;
+  uint64_t j;
+
+  if (img == NULL)
+    die ("%s: does not open: %s", name, err.msg);
+  if (qcow2_pread (img, disk, g.size, 0, &err) == -1)
+    die ("%s: does not read: %s", name, err.msg);
+  for (t = 0; t < GROUP_THREADS; ++t)
+    {
+      const unsigned char *stable = g.initial_disk;
+      size_t i, last = 0;
+
+      for (i = 0; i < GROUP_OPS && th[t].ops[i].ev_end <= upto; ++i)
+        if (th[t].ops[i].flush)
+          {
+            stable = th[t].ops[i].stable;
+            last = i + 1;
+          }
+      memset (unstable, 0, g.size);
+      for (i = last; i < GROUP_OPS && th[t].ops[i].ev_start < upto; ++i)
+        if (!th[t].ops[i].flush)
+          memset (unstable + th[t].ops[i].off, 1, th[t].ops[i].len);
+      for (j = 0; j < g.size; ++j)
+        if (owns (t, j / g.cs) && !unstable[j] && disk[j] != stable[j])
+          die ("%s: thread %u's flushed byte %#" PRIx64 " reads %#x, "
+               "expected %#x (crash after event %zu)",
+               name, t, j, disk[j], stable[j], upto);
+    }
+  qcow2_close (img);
+  qcow2_hostio_close (io);
+  free (disk);
+  free (unstable);
+}
+
+static void
+test_group (char *argv[])
+{
+  const char *path = argv[2], *dir = argv[3];
+  unsigned seed = strtoul (argv[4], NULL, 0);
+  unsigned nimages = strtoul (argv[5], NULL, 0);
+  /* Caches large enough that only flushes commit. */
+  struct qcow2_open_options opts = { .writable = true };
+  struct qcow2_error err;
+  struct qcow2_hostio *mem;
+  struct slow_io *slow = calloc (1, sizeof *slow);
+  struct gthread *th = calloc (GROUP_THREADS, sizeof *th);
+  pthread_t tid[GROUP_THREADS];
+  unsigned char *initial;
+  size_t initial_len, nev, i, syncs = 0;
+  uint64_t commits;
+  unsigned t, k;
+
+  CHECK (slow && th);
+  initial = slurp (path, &initial_len);
+  mem = qcow2_hostio_mem_rw (initial, initial_len, 0, false);
+  g.rec = qcow2_hostio_record (mem);
+  slow->below = g.rec;
+  slow->io = *g.rec;
+  slow->io.pread = slow_pread;
+  slow->io.get_size = slow_get_size;
+  slow->io.pwritev = slow_pwritev;
+  slow->io.zero = slow_zero;
+  slow->io.flush = slow_flush;
+  slow->io.close = slow_close;
+  g.img = qcow2_open (&slow->io, &opts, &err);
+  if (g.img == NULL)
+    die ("%s: %s", path, err.msg);
+  g.size = qcow2_get_size (g.img);
+  g.cs = qcow2_get_cluster_size (g.img);
+  g.nclusters = g.size / g.cs;
+  CHECK (g.size % g.cs == 0 && g.nclusters >= 4 * GROUP_THREADS);
+  g.ref = malloc (g.size);
+  g.initial_disk = malloc (g.size);
+  if (qcow2_pread (g.img, g.ref, g.size, 0, &err) == -1)
+    die ("initial read: %s", err.msg);
+  memcpy (g.initial_disk, g.ref, g.size);
+
+  for (t = 0; t < GROUP_THREADS; ++t)
+    {
+      th[t].id = t;
+      th[t].seed = seed * 100 + t;
+      pthread_create (&tid[t], NULL, group_worker, &th[t]);
+    }
+  for (t = 0; t < GROUP_THREADS; ++t)
+    pthread_join (tid[t], NULL);
+  wt_verify (&(struct wtest){ .img = g.img, .ref = g.ref }, 0, g.size,
+             "after the threads");
+
+  nev = qcow2_record_count (g.rec);
+  for (i = 0; i < nev; ++i)
+    syncs += qcow2_record_get (g.rec, i)->type == QCOW2_REC_FLUSH;
+  /* Commits, not fdatasyncs: making refcount blocks syncs too. */
+  if (g.img->cut_seq >= g.flush_calls)
+    die ("%" PRIu64 " commits for %u flush calls: flushes did not share "
+         "commits",
+         g.img->cut_seq, g.flush_calls);
+
+  for (k = 0; k < nimages; ++k)
+    {
+      size_t upto = k + 1 == nimages ? nev : rand_r (&seed) % (nev + 1);
+      unsigned char *file;
+      size_t len;
+      char name[4096];
+      FILE *fp;
+
+      OK (qcow2_record_crash_image (g.rec, initial, initial_len, upto, &seed,
+                                    &file, &len));
+      snprintf (name, sizeof name, "%s/crash-%u.qcow2", dir, k);
+      check_group_image (file, len, th, upto, name);
+      fp = fopen (name, "wb");
+      CHECK (fp && fwrite (file, 1, len, fp) == len && fclose (fp) == 0);
+      free (file);
+    }
+  commits = g.img->cut_seq;
+  qcow2_close (g.img);
+  qcow2_hostio_close (&slow->io);
+  qcow2_hostio_close (g.rec);
+  qcow2_hostio_close (mem);
+  for (t = 0; t < GROUP_THREADS; ++t)
+    for (i = 0; i < GROUP_OPS; ++i)
+      free (th[t].ops[i].stable);
+  free (th);
+  free (initial);
+  free (g.ref);
+  free (g.initial_disk);
+  printf ("ok: group %s: %u flush calls, %" PRIu64 " commits, %zu "
+          "fdatasyncs, %zu events, %u images\n",
+          path, g.flush_calls, commits, syncs, nev, nimages);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -833,11 +1116,13 @@ main (int argc, char *argv[])
     test_create (argv);
   else if (argc == 5 && strcmp (argv[1], "shuffle") == 0)
     test_shuffle (argv);
+  else if (argc == 6 && strcmp (argv[1], "group") == 0)
+    test_group (argv);
   else
     die ("usage: %s hostio DIR | refcount IMAGE LIST | write IMAGE OUT SEED "
          "OPS [L2-CACHE [BACKING]] | crash IMAGE DIR SEED OPS IMAGES | create "
          "IMAGE SIZE CLUSTER-BITS REFCOUNT-BITS linear|compact | shuffle "
-         "IMAGE OUT SEED",
+         "IMAGE OUT SEED | group IMAGE DIR SEED IMAGES",
          argv[0]);
   return 0;
 }
