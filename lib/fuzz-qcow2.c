@@ -4,8 +4,11 @@
  * The input is a whole image file.  It is opened from memory (active
  * layer, snapshot "1", and over a backing layer), then read and mapped
  * at a few places that depend on the image, with a small L2 cache so
- * eviction is exercised too.  Any sanitizer report or crash is a bug:
- * hostile images must only ever produce errors.
+ * eviction is exercised too.  Then it is opened writable on a growing
+ * in-memory copy (bounded, so a hostile image cannot make it grow
+ * without end), written at a few places, flushed and closed.  Any
+ * sanitizer report or crash is a bug: hostile images must only ever
+ * produce errors.
  */
 #include <config.h>
 
@@ -61,6 +64,36 @@ exercise (struct qcow2_image *img, const uint8_t *data, size_t size)
     }
 }
 
+/* Writes of a few sizes at offsets the input steers, a flush, a read
+ * back.  Errors are expected; only their absence of crashes matters.
+ */
+static void
+exercise_writes (struct qcow2_image *img, const uint8_t *data, size_t size)
+{
+  static unsigned char buf[MAX_READ];
+  struct qcow2_error err;
+  uint64_t vsize = qcow2_get_size (img);
+  unsigned i;
+
+  if (vsize == 0)
+    return;
+  memset (buf, 0x5a, sizeof buf);
+  for (i = 0; i < 4; ++i)
+    {
+      uint64_t v = 0, off, len;
+      if (size >= 8 * (i + 1))
+        memcpy (&v, data + size - 8 * (i + 1), 8);
+      off = v % vsize;
+      len = 1 + (v >> 40) % MAX_READ;
+      if (len > vsize - off)
+        len = vsize - off;
+      if (qcow2_pwrite (img, buf, len, off, &err) == -1)
+        break;
+      qcow2_pread (img, buf, len, off, &err);
+    }
+  qcow2_flush (img, &err);
+}
+
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
@@ -73,6 +106,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   static struct qcow2_hostio *backing_io;
   unsigned char *copy = malloc (size ? size : 1);
   struct qcow2_hostio *io;
+  uint32_t cluster_size = 0;
   unsigned i;
 
   if (backing_io == NULL)
@@ -89,6 +123,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       struct qcow2_image *img = qcow2_open (io, &opts, &err);
       if (img == NULL)
         continue;
+      cluster_size = qcow2_get_cluster_size (img);
       if (i == 2 && backing_io)
         qcow2_set_backing (img, &qcow2_raw_layer_ops, backing_io,
                            sizeof backing);
@@ -96,6 +131,28 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       qcow2_close (img);
     }
   qcow2_hostio_close (io);
+
+  /* Writable: at most 16 MiB more than the input; not with clusters
+   * over 64 KiB, whose every write copies megabytes (the fuzzer would
+   * run a hundred times slower for code the smaller sizes cover).
+   */
+  io = cluster_size && cluster_size <= 65536
+           ? qcow2_hostio_mem_rw (data, size, size + 16 * 1024 * 1024, false)
+           : NULL;
+  if (io)
+    {
+      struct qcow2_open_options opts = { .l2_cache_size = 4096,
+                                         .writable = true,
+                                         .refcount_cache_blocks = 4 };
+      struct qcow2_error err;
+      struct qcow2_image *img = qcow2_open (io, &opts, &err);
+      if (img)
+        {
+          exercise_writes (img, data, size);
+          qcow2_close_err (img, &err);
+        }
+      qcow2_hostio_close (io);
+    }
   free (copy);
   return 0;
 }

@@ -68,10 +68,11 @@ refuse (struct qcow2_image *img, const struct qcow2_open_options *opts,
   return 0;
 }
 
-int
-qcow2_open_writable (struct qcow2_image *img,
-                     const struct qcow2_open_options *opts,
-                     struct qcow2_error *err)
+static void free_write_state (struct qcow2_image *img);
+
+static int
+open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
+               struct qcow2_error *err)
 {
   const uint64_t cs = img->cluster_size;
   uint64_t highest;
@@ -136,6 +137,17 @@ qcow2_open_writable (struct qcow2_image *img,
   else
     img->alloc_mode = QCOW2_ALLOC_COMPACT;
   return qcow2_alloc_init (img, err);
+}
+
+int
+qcow2_open_writable (struct qcow2_image *img,
+                     const struct qcow2_open_options *opts,
+                     struct qcow2_error *err)
+{
+  if (open_writable (img, opts, err) == 0)
+    return 0;
+  free_write_state (img);
+  return -1;
 }
 
 static void

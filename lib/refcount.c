@@ -134,6 +134,47 @@ block_offset_ok (const struct qcow2_image *img, uint64_t off)
                              img->active_l1_bytes);
 }
 
+static int
+cmp_u64 (const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Two table entries naming one block would have a cluster's count
+ * changed through one and read through the other; they would also make
+ * every scan of the blocks (qcow2_rc_highest_used) cost table entries
+ * times block size.  A real image never has them.
+ */
+static int
+refuse_duplicates (struct qcow2_image *img, const struct refcounts *rc,
+                   struct qcow2_error *err)
+{
+  uint64_t *sorted = malloc (rc->entries * 8 + 1), i, n = 0;
+  int r = 0;
+
+  if (sorted == NULL)
+    {
+      qcow2_set_error (err, ENOMEM, "out of memory for the refcounts");
+      return -1;
+    }
+  for (i = 0; i < rc->entries; ++i)
+    if (rc->table[i])
+      sorted[n++] = rc->table[i];
+  qsort (sorted, n, 8, cmp_u64);
+  for (i = 1; i < n; ++i)
+    if (sorted[i] == sorted[i - 1])
+      {
+        qcow2_set_error (err, EIO,
+                         "the refcount table names block %#" PRIx64 " twice",
+                         sorted[i]);
+        r = -1;
+        break;
+      }
+  free (sorted);
+  return r;
+}
+
 int
 qcow2_rc_open (struct qcow2_image *img, unsigned cache_blocks,
                struct qcow2_error *err)
@@ -170,6 +211,8 @@ qcow2_rc_open (struct qcow2_image *img, unsigned cache_blocks,
           return -1;
         }
     }
+  if (refuse_duplicates (img, rc, err) == -1)
+    return -1;
   rc->nslots = cache_blocks < 4 ? 4 : cache_blocks;
   rc->slots = calloc (rc->nslots, sizeof *rc->slots);
   if (rc->slots == NULL)
@@ -421,6 +464,16 @@ grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
         want = need_idx + 1;
       if (want < rc->entries * 2) /* geometric: growth stays rare */
         want = rc->entries * 2;
+      /* Before counting blocks: a hostile image can ask for a table
+       * (and so a loop) of any size.
+       */
+      if (want > MAX_REFTABLE_BYTES / 8)
+        {
+          qcow2_set_error (err, EFBIG,
+                           "the refcount table would exceed %u bytes",
+                           MAX_REFTABLE_BYTES);
+          return -1;
+        }
       tc = (want * 8 + cs - 1) / cs;
       for (i = p / per_block; i <= (p + nblocks + tc - 1) / per_block; ++i)
         nb += i >= rc->entries || rc->table[i] == 0;
@@ -430,12 +483,6 @@ grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
       tclusters = tc;
     }
   entries = tclusters * cs / 8;
-  if (tclusters * cs > MAX_REFTABLE_BYTES)
-    {
-      qcow2_set_error (err, EFBIG, "the refcount table would exceed %u bytes",
-                       MAX_REFTABLE_BYTES);
-      return -1;
-    }
   end = p + nblocks + tclusters;
   if (img->io->fixed_size && end * cs > img->file_size)
     {

@@ -32,6 +32,8 @@
  *     commits than flush calls), every thread reads back what it
  *     wrote, and crash images keep each thread's flushed data
  *     (DIR/crash-N.qcow2 for qemu-img check).
+ *   test-qcow2-write-unit openw IMAGE
+ *     open writable and close; on failure print the library's message.
  * Each command exits non-zero with a message on the first failure.
  * SPDX-License-Identifier: BSD-3-Clause
  */
@@ -1101,6 +1103,28 @@ test_group (char *argv[])
           path, g.flush_calls, commits, syncs, nev, nimages);
 }
 
+static int
+test_openw (const char *path)
+{
+  struct qcow2_open_options opts = { .writable = true };
+  struct qcow2_error err;
+  struct qcow2_hostio *io;
+  struct qcow2_image *img;
+  int fd = open (path, O_RDWR | O_CLOEXEC);
+
+  CHECK (fd >= 0);
+  io = qcow2_hostio_fd (fd);
+  img = qcow2_open (io, &opts, &err);
+  if (img == NULL || qcow2_close_err (img, &err) == -1)
+    {
+      fprintf (stderr, "%s: %s\n", path, err.msg);
+      qcow2_hostio_close (io);
+      return 1;
+    }
+  qcow2_hostio_close (io);
+  return 0;
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -1118,11 +1142,13 @@ main (int argc, char *argv[])
     test_shuffle (argv);
   else if (argc == 6 && strcmp (argv[1], "group") == 0)
     test_group (argv);
+  else if (argc == 3 && strcmp (argv[1], "openw") == 0)
+    return test_openw (argv[2]);
   else
     die ("usage: %s hostio DIR | refcount IMAGE LIST | write IMAGE OUT SEED "
          "OPS [L2-CACHE [BACKING]] | crash IMAGE DIR SEED OPS IMAGES | create "
          "IMAGE SIZE CLUSTER-BITS REFCOUNT-BITS linear|compact | shuffle "
-         "IMAGE OUT SEED | group IMAGE DIR SEED IMAGES",
+         "IMAGE OUT SEED | group IMAGE DIR SEED IMAGES | openw IMAGE",
          argv[0]);
   return 0;
 }
