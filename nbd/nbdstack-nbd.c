@@ -921,7 +921,7 @@ daemonize (const char *pidfile, const char *private_dir)
   exit (EXIT_FAILURE);
 }
 
-/* ---- main */
+/* ---- what the command line and the image come to */
 
 /* Global rather than local, so that what is still allocated when the
  * supervisor exits is reachable, not a leak, to LeakSanitizer.
@@ -931,126 +931,78 @@ static struct settings settings;
 static struct image_spec spec;
 static struct argv_list a;
 
-int
-main (int argc, char *argv[])
+static struct
 {
   struct image_info info;
   unsigned activation_fds;
-  int ready_fd = -1;
-  bool readonly, writable, coalesce;
-  bool have_range = false, have_range_size = false;
-  uint64_t range_offset = 0, range_size = 0;
-  const char *s;
-  char *err, *nv;
-  static char *pidfile, *private_dir;
+  bool readonly;
+  bool coalesce;
+  bool have_range;
+  uint64_t range_offset, range_size;
+  char *pidfile, *private_dir; /* --fork */
+} plan;
 
-  parse_cmdline (argc, argv, &cmd);
+/* The byte range: a raw node's offset/size, then -o on top of it (a
+ * second raw node in qemu-nbd), folded into one offset filter.  Checked
+ * here, as qemu-nbd checks it when it opens the image: nbdkit's offset
+ * filter would only fail the clients.
+ */
+static void
+plan_range (void)
+{
+  uint64_t size = plan.info.size;
 
-  /* What qemu-nbd checks after parsing, in its order. */
-  activation_fds = socket_activation_fds ();
-  if (activation_fds)
-    {
-      if (cmd.sockpath)
-        die ("Unix socket can't be set when using socket activation");
-      if (cmd.bind)
-        die ("The interface can't be set when using socket activation");
-      if (cmd.port)
-        die ("TCP port number can't be set when using socket activation");
-      if (cmd.selinux_label)
-        die ("SELinux label can't be set when using socket activation");
-      if (activation_fds > 1)
-        die ("qemu-nbd does not support socket activation with LISTEN_FDS "
-             "> 1");
-    }
-  if (cmd.selinux_label && cmd.sockpath == NULL)
-    die ("--selinux-label is not permitted without --socket");
-
-  if (settings_load (&settings, DEFAULT_CONFIG) == -1)
-    exit (EXIT_FAILURE);
-
-  /* The image, which qemu-nbd opens before it serves anything. */
-  if (image_spec_parse (cmd.filename, cmd.image_opts, cmd.format, &spec, &err)
-      == -1)
-    die ("Failed to open '%s': %s", cmd.filename, err ? err : "out of memory");
-  if (probe_image (&spec, &info, &err) == -1)
-    die ("Failed to open '%s': %s", cmd.filename, err ? err : "out of memory");
-  if (cmd.aio_native && cmd.cache != CACHE_NONE
-      && cmd.cache != CACHE_DIRECTSYNC)
-    die ("Failed to open '%s': aio=native was specified, but it requires "
-         "cache.direct=on, which was not specified.",
-         cmd.filename);
-  if (info.probed_raw)
-    warn ("Image format was not specified for '%s' and probing guessed raw; "
-          "specify -f raw (nbdstack-nbd does not restrict writes to block 0 "
-          "as qemu-nbd does)",
-          spec.path);
-  readonly = cmd.readonly || spec.read_only;
-
-  if (info.format == FORMAT_QCOW2 && !readonly)
-    die ("'%s': qcow2 writing is not supported yet: add -r (--read-only) "
-         "to serve it read-only",
-         spec.path);
-  if (cmd.snapshot && info.format != FORMAT_QCOW2)
-    die ("Failed to load snapshot: '%s' is raw: only qcow2 images have "
-         "internal snapshots",
-         spec.path);
-
-  /* The byte range: a raw node's offset/size, then -o on top of it (a
-   * second raw node in qemu-nbd), folded into one offset filter.
-   */
   if (spec.has_range)
     {
-      if (spec.range_offset > info.size)
+      if (spec.range_offset > size)
         die ("Failed to open '%s': Offset (%" PRIu64 ") cannot be greater "
              "than size of the containing file (%" PRIu64 ")",
-             cmd.filename, spec.range_offset, info.size);
-      if (spec.has_range_size
-          && info.size - spec.range_offset < spec.range_size)
+             cmd.filename, spec.range_offset, size);
+      if (spec.has_range_size && size - spec.range_offset < spec.range_size)
         die ("Failed to open '%s': The sum of offset (%" PRIu64 ") and size "
              "(%" PRIu64 ") has to be smaller or equal to the  actual size "
              "of the containing file (%" PRIu64 ")",
-             cmd.filename, spec.range_offset, spec.range_size, info.size);
-      have_range = true;
-      range_offset = spec.range_offset;
-      have_range_size = true;
-      range_size = spec.has_range_size ? spec.range_size
-                                       : info.size - spec.range_offset;
+             cmd.filename, spec.range_offset, spec.range_size, size);
+      plan.have_range = true;
+      plan.range_offset = spec.range_offset;
+      plan.range_size
+          = spec.has_range_size ? spec.range_size : size - spec.range_offset;
     }
   if (cmd.offset)
     {
-      uint64_t below = have_range ? range_size : info.size;
+      uint64_t below = plan.have_range ? plan.range_size : size;
 
       if (cmd.offset > below)
         die ("Offset (%" PRIu64 ") cannot be greater than size of the "
              "containing file (%" PRIu64 ")",
              cmd.offset, below);
-      range_offset += cmd.offset;
-      range_size = below - cmd.offset;
-      have_range = have_range_size = true;
+      plan.have_range = true;
+      plan.range_offset += cmd.offset;
+      plan.range_size = below - cmd.offset;
     }
+}
 
-  if (cmd.alloc_depth)
-    warn ("--allocation-depth: the qemu:allocation-depth context is not "
-          "offered (nbdkit has no API for it); data is unaffected");
+/* Off unless asked for: measured with these pipelines
+ * (bench/nbd-vs-qemu-nbd.sh), the buffer cost time and CPU on raw
+ * targets, and without it what a write acknowledged survives exactly
+ * what it survives with qemu-nbd, including nbdkit being killed.
+ */
+static void
+plan_coalesce (void)
+{
+  const char *s = settings_get (&settings, "coalesce");
 
-  writable = !readonly;
-  /* Off unless asked for: measured with these pipelines
-   * (bench/nbd-vs-qemu-nbd.sh), the buffer cost time and CPU on raw
-   * targets, and without it what a write acknowledged survives exactly
-   * what it survives with qemu-nbd, including nbdkit being killed.
-   */
-  s = settings_get (&settings, "coalesce");
   if (s == NULL)
     {
       /* Setting the buffer up asks for it. */
-      coalesce = false;
+      plan.coalesce = false;
       for (size_t i = 0; i < settings.n; ++i)
-        coalesce |= settings.v[i].dest == DEST_COALESCE;
+        plan.coalesce |= settings.v[i].dest == DEST_COALESCE;
     }
   else if (strcmp (s, "off") == 0)
-    coalesce = false;
+    plan.coalesce = false;
   else if (strcmp (s, "on") == 0)
-    coalesce = true;
+    plan.coalesce = true;
   else
     die ("coalesce=%s: expected on or off", s);
   /* Write-through cache modes answer a write once it is durable: the
@@ -1061,30 +1013,22 @@ main (int argc, char *argv[])
       && (cmd.cache == CACHE_WRITETHROUGH || cmd.cache == CACHE_DIRECTSYNC))
     die ("coalesce-mode=writeback contradicts --cache=%s",
          cmd.cache == CACHE_WRITETHROUGH ? "writethrough" : "directsync");
+}
 
-  /* Our filters only load into the nbdkit they were built for: say so
-   * in one line instead of nbdkit's dlopen error.
-   */
-  nv = nbdkit_version ();
-  if (nv == NULL)
-    die ("cannot run %s --version (is nbdkit installed? NBDSTACK_NBDKIT "
-         "names it)",
-         nbdkit_program ());
-  if (writable && strcmp (nv, NBDKIT_BUILD_VERSION) != 0)
-    die ("nbdkit is %s but the nbdstack filters were built for %s: rebuild "
-         "nbdstack",
-         nv, NBDKIT_BUILD_VERSION);
-  free (nv);
+/* nbdkit's own options. */
+static void
+add_server_options (void)
+{
+  const char *s;
 
-  /* ---- nbdkit's options */
   add (&a, nbdkit_program ());
   add (&a, "-f"); /* qemu-nbd does not fork unless --fork */
   add (&a, "--log=stderr");
   if (cmd.verbose)
     add (&a, "-v");
-  if (readonly)
+  if (plan.readonly)
     add (&a, "-r");
-  if (activation_fds == 0)
+  if (plan.activation_fds == 0)
     {
       if (cmd.sockpath)
         addf (&a, "--unix=%s", cmd.sockpath);
@@ -1097,22 +1041,22 @@ main (int argc, char *argv[])
   if (cmd.fork_process)
     {
       if (cmd.pid_file)
-        pidfile = strdup (cmd.pid_file);
+        plan.pidfile = strdup (cmd.pid_file);
       else
         {
           /* nbdkit's pid file is how the parent knows it is ready. */
           const char *tmp = getenv ("TMPDIR");
 
-          if (asprintf (&private_dir, "%s/nbdstack-nbd.XXXXXX",
+          if (asprintf (&plan.private_dir, "%s/nbdstack-nbd.XXXXXX",
                         tmp && *tmp ? tmp : "/tmp")
                   == -1
-              || mkdtemp (private_dir) == NULL
-              || asprintf (&pidfile, "%s/pid", private_dir) == -1)
+              || mkdtemp (plan.private_dir) == NULL
+              || asprintf (&plan.pidfile, "%s/pid", plan.private_dir) == -1)
             die ("cannot make a private directory: %m");
         }
-      if (pidfile == NULL)
+      if (plan.pidfile == NULL)
         die ("out of memory");
-      addf (&a, "--pidfile=%s", pidfile);
+      addf (&a, "--pidfile=%s", plan.pidfile);
     }
   else if (cmd.pid_file)
     addf (&a, "--pidfile=%s", cmd.pid_file);
@@ -1121,8 +1065,21 @@ main (int argc, char *argv[])
   s = settings_get (&settings, "threads");
   if (s)
     addf (&a, "--threads=%s", s);
+}
 
-  /* ---- filters, outermost first */
+static void
+add_our_filter (const char *name)
+{
+  char *p = component_path ("filter", name);
+
+  addf (&a, "--filter=%s", p);
+  free (p);
+}
+
+/* The filters, outermost first. */
+static void
+add_filters (void)
+{
   if (cmd.shared > 0)
     add (&a, "--filter=limit");
   if (!cmd.persistent)
@@ -1135,87 +1092,80 @@ main (int argc, char *argv[])
     add (&a, "--filter=multi-conn");
   add (&a, "--filter=exportname");
   add (&a, "--filter=blocksize-policy");
-  if (writable)
+  if (!plan.readonly)
     {
-      char *p;
-
-      if (coalesce)
-        {
-          p = component_path ("filter", "coalesce");
-          addf (&a, "--filter=%s", p);
-          free (p);
-        }
+      if (plan.coalesce)
+        add_our_filter ("coalesce");
       if (cmd.detect_zeroes != DZ_OFF)
-        {
-          p = component_path ("filter", "zerodetect");
-          addf (&a, "--filter=%s", p);
-          free (p);
-        }
-      p = component_path ("filter", "discard");
-      addf (&a, "--filter=%s", p);
-      free (p);
+        add_our_filter ("zerodetect");
+      add_our_filter ("discard");
       if (cmd.cache == CACHE_WRITETHROUGH || cmd.cache == CACHE_DIRECTSYNC
           || cmd.cache == CACHE_UNSAFE)
         add (&a, "--filter=fua");
     }
-  if (have_range)
+  if (plan.have_range)
     add (&a, "--filter=offset");
+}
 
-  /* ---- the plugin and everyone's parameters */
-  {
-    char *p = component_path ("plugin", "image");
+/* -l: ID_OR_NAME, or snapshot.id=ID / snapshot.name=NAME.  The plugin
+ * matches by ID first, then by name, so only one of the two can be
+ * passed on exactly.
+ */
+static void
+add_snapshot_param (void)
+{
+  const char *id = NULL, *name = NULL;
+  struct flat_opts o = { 0 };
+  char *err;
 
-    add (&a, p);
-    free (p);
-  }
+  if (strncmp (cmd.snapshot, "snapshot.", 9) != 0)
+    {
+      addf (&a, "snapshot=%s", cmd.snapshot);
+      return;
+    }
+  if (image_opts_flatten (cmd.snapshot, &o, &err) == -1)
+    die ("Failed in parsing snapshot param `%s'", cmd.snapshot);
+  for (size_t i = 0; i < o.n; ++i)
+    {
+      if (strcmp (o.v[i].key, "snapshot.id") == 0)
+        id = o.v[i].value;
+      else if (strcmp (o.v[i].key, "snapshot.name") == 0)
+        name = o.v[i].value;
+      else
+        die ("Failed in parsing snapshot param `%s': Invalid parameter '%s'",
+             cmd.snapshot, o.v[i].key);
+    }
+  if (id && name)
+    die ("-l %s: give snapshot.id or snapshot.name, not both (the image "
+         "plugin matches one of them)",
+         cmd.snapshot);
+  if (id == NULL && name == NULL)
+    die ("Failed in parsing snapshot param `%s'", cmd.snapshot);
+  addf (&a, "snapshot=%s", id ? id : name);
+  flat_opts_free (&o);
+}
+
+/* The plugin, then every parameter of the plugin and the filters. */
+static void
+add_parameters (void)
+{
+  char *p = component_path ("plugin", "image");
+
+  add (&a, p);
+  free (p);
   addf (&a, "file=%s", spec.path);
-  add (&a, info.format == FORMAT_QCOW2 ? "format=qcow2" : "format=raw");
+  add (&a, plan.info.format == FORMAT_QCOW2 ? "format=qcow2" : "format=raw");
   add (&a, cmd.cache == CACHE_NONE || cmd.cache == CACHE_DIRECTSYNC
                ? "cache=none"
                : "cache=writeback");
-  if (readonly)
+  if (plan.readonly)
     add (&a, "readonly=true");
-  if (info.format == FORMAT_QCOW2)
+  if (plan.info.format == FORMAT_QCOW2)
     {
       /* qemu-nbd opens the backing chain unless told "backing": null. */
       add (&a, spec.backing_none ? "backing=none" : "backing=follow");
       if (cmd.snapshot)
-        {
-          const char *id = NULL, *name = NULL;
-
-          if (strncmp (cmd.snapshot, "snapshot.", 9) != 0)
-            addf (&a, "snapshot=%s", cmd.snapshot);
-          else
-            {
-              /* snapshot.id=ID,snapshot.name=NAME: the plugin matches by
-               * ID first, then by name, so only one of them can be
-               * passed on exactly.
-               */
-              struct flat_opts o = { 0 };
-
-              if (image_opts_flatten (cmd.snapshot, &o, &err) == -1)
-                die ("Failed in parsing snapshot param `%s'", cmd.snapshot);
-              for (size_t i = 0; i < o.n; ++i)
-                {
-                  if (strcmp (o.v[i].key, "snapshot.id") == 0)
-                    id = o.v[i].value;
-                  else if (strcmp (o.v[i].key, "snapshot.name") == 0)
-                    name = o.v[i].value;
-                  else
-                    die ("Failed in parsing snapshot param `%s': Invalid "
-                         "parameter '%s'",
-                         cmd.snapshot, o.v[i].key);
-                }
-              if (id && name)
-                die ("-l %s: give snapshot.id or snapshot.name, not both "
-                     "(the image plugin matches one of them)",
-                     cmd.snapshot);
-              if (id == NULL && name == NULL)
-                die ("Failed in parsing snapshot param `%s'", cmd.snapshot);
-              addf (&a, "snapshot=%s", id ? id : name);
-              flat_opts_free (&o);
-            }
-        }
+        add_snapshot_param ();
       add_settings (&a, &settings, DEST_PLUGIN);
     }
 
@@ -1239,9 +1189,9 @@ main (int argc, char *argv[])
    */
   add (&a, "blocksize-maximum=32M");
 
-  if (writable)
+  if (!plan.readonly)
     {
-      if (coalesce)
+      if (plan.coalesce)
         {
           if (cmd.cache == CACHE_WRITETHROUGH || cmd.cache == CACHE_DIRECTSYNC)
             add (&a, "coalesce-mode=writethrough");
@@ -1273,19 +1223,102 @@ main (int argc, char *argv[])
       else if (cmd.cache == CACHE_UNSAFE)
         add (&a, "fuamode=discard");
     }
-  if (have_range)
+  if (plan.have_range)
     {
-      addf (&a, "offset=%" PRIu64, range_offset);
-      if (have_range_size)
-        addf (&a, "range=%" PRIu64, range_size);
+      addf (&a, "offset=%" PRIu64, plan.range_offset);
+      addf (&a, "range=%" PRIu64, plan.range_size);
     }
+}
+
+/* ---- main */
+
+int
+main (int argc, char *argv[])
+{
+  int ready_fd = -1;
+  const char *s;
+  char *err, *nv;
+
+  parse_cmdline (argc, argv, &cmd);
+
+  /* What qemu-nbd checks after parsing, in its order. */
+  plan.activation_fds = socket_activation_fds ();
+  if (plan.activation_fds)
+    {
+      if (cmd.sockpath)
+        die ("Unix socket can't be set when using socket activation");
+      if (cmd.bind)
+        die ("The interface can't be set when using socket activation");
+      if (cmd.port)
+        die ("TCP port number can't be set when using socket activation");
+      if (cmd.selinux_label)
+        die ("SELinux label can't be set when using socket activation");
+      if (plan.activation_fds > 1)
+        die ("qemu-nbd does not support socket activation with LISTEN_FDS "
+             "> 1");
+    }
+  if (cmd.selinux_label && cmd.sockpath == NULL)
+    die ("--selinux-label is not permitted without --socket");
+
+  if (settings_load (&settings, DEFAULT_CONFIG) == -1)
+    exit (EXIT_FAILURE);
+
+  /* The image, which qemu-nbd opens before it serves anything. */
+  if (image_spec_parse (cmd.filename, cmd.image_opts, cmd.format, &spec, &err)
+      == -1)
+    die ("Failed to open '%s': %s", cmd.filename, err ? err : "out of memory");
+  if (probe_image (&spec, &plan.info, &err) == -1)
+    die ("Failed to open '%s': %s", cmd.filename, err ? err : "out of memory");
+  if (cmd.aio_native && cmd.cache != CACHE_NONE
+      && cmd.cache != CACHE_DIRECTSYNC)
+    die ("Failed to open '%s': aio=native was specified, but it requires "
+         "cache.direct=on, which was not specified.",
+         cmd.filename);
+  if (plan.info.probed_raw)
+    warn ("Image format was not specified for '%s' and probing guessed raw; "
+          "specify -f raw (nbdstack-nbd does not restrict writes to block 0 "
+          "as qemu-nbd does)",
+          spec.path);
+  plan.readonly = cmd.readonly || spec.read_only;
+  if (plan.info.format == FORMAT_QCOW2 && !plan.readonly)
+    die ("'%s': qcow2 writing is not supported yet: add -r (--read-only) "
+         "to serve it read-only",
+         spec.path);
+  if (cmd.snapshot && plan.info.format != FORMAT_QCOW2)
+    die ("Failed to load snapshot: '%s' is raw: only qcow2 images have "
+         "internal snapshots",
+         spec.path);
+  plan_range ();
+
+  if (cmd.alloc_depth)
+    warn ("--allocation-depth: the qemu:allocation-depth context is not "
+          "offered (nbdkit has no API for it); data is unaffected");
+  plan_coalesce ();
+
+  /* Our filters only load into the nbdkit they were built for: say so
+   * in one line instead of nbdkit's dlopen error.
+   */
+  nv = nbdkit_version ();
+  if (nv == NULL)
+    die ("cannot run %s --version (is nbdkit installed? NBDSTACK_NBDKIT "
+         "names it)",
+         nbdkit_program ());
+  if (!plan.readonly && strcmp (nv, NBDKIT_BUILD_VERSION) != 0)
+    die ("nbdkit is %s but the nbdstack filters were built for %s: rebuild "
+         "nbdstack",
+         nv, NBDKIT_BUILD_VERSION);
+  free (nv);
+
+  add_server_options ();
+  add_filters ();
+  add_parameters ();
 
   s = getenv ("NBDSTACK_NBD_DRY_RUN");
   if (s && *s && strcmp (s, "0") != 0)
     {
       print_argv (stdout, a.v);
-      if (private_dir)
-        rmdir (private_dir);
+      if (plan.private_dir)
+        rmdir (plan.private_dir);
       exit (EXIT_SUCCESS);
     }
   if (cmd.verbose)
@@ -1297,7 +1330,7 @@ main (int argc, char *argv[])
   /* qemu-nbd replaces a leftover socket; nbdkit would fail with
    * "Address already in use".  Only sockets are removed.
    */
-  if (cmd.sockpath && activation_fds == 0)
+  if (cmd.sockpath && plan.activation_fds == 0)
     {
       struct stat st;
 
@@ -1306,7 +1339,7 @@ main (int argc, char *argv[])
     }
 
   if (cmd.fork_process)
-    ready_fd = daemonize (pidfile, private_dir);
-  return supervise (a.v, activation_fds,
-                    activation_fds == 0 ? cmd.sockpath : NULL, ready_fd);
+    ready_fd = daemonize (plan.pidfile, plan.private_dir);
+  return supervise (a.v, plan.activation_fds,
+                    plan.activation_fds == 0 ? cmd.sockpath : NULL, ready_fd);
 }
