@@ -11,6 +11,7 @@
 #    keeps running (nbdkit alone would get SIGTERM: it sets a
 #    parent-death signal).
 #  - systemd socket activation (LISTEN_FDS=1 on fd 3) is served.
+#  - a socket left behind by a dead server is replaced.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 . "$srcdir/nbd-functions.sh"
@@ -86,7 +87,15 @@ PY
   wait "$act" || rc=$?
   [ $rc = 0 ] || fail "$k: socket activation: exit status $rc after SIGTERM"
   rm -f "$p"
-  echo "$k: --fork, --pid-file and socket activation as expected"
+
+  # A stale socket (its server gone) at the path.
+  s=$T/stale-$k.sock
+  python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$s"
+  [ -S "$s" ] || fail "could not make a stale socket"
+  "$prog" --fork --pid-file="$T/stale-$k.pid" -t -k "$s" -f raw "$img" 2>>"$T/f-$k.log" ||
+    fail "$k: a stale socket at the path: exit status $?"
+  nbdinfo --size "nbd+unix:///?socket=$s" >/dev/null || fail "$k: a stale socket: not serving"
+  echo "$k: --fork, --pid-file, socket activation and stale sockets as expected"
 done
 
 # --fork without --pid-file: ours uses a private one and removes it.
