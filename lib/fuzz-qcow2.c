@@ -12,6 +12,7 @@
  */
 #include <config.h>
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +65,9 @@ exercise (struct qcow2_image *img, const uint8_t *data, size_t size)
     }
 }
 
-/* Writes of a few sizes at offsets the input steers, a flush, a read
- * back.  Errors are expected; only their absence of crashes matters.
+/* Writes, zeroes and discards of a few sizes at offsets the input
+ * steers, read back, then a flush.  Errors are expected; only the
+ * absence of crashes matters.
  */
 static void
 exercise_writes (struct qcow2_image *img, const uint8_t *data, size_t size)
@@ -87,8 +89,25 @@ exercise_writes (struct qcow2_image *img, const uint8_t *data, size_t size)
       len = 1 + (v >> 40) % MAX_READ;
       if (len > vsize - off)
         len = vsize - off;
-      if (qcow2_pwrite (img, buf, len, off, &err) == -1)
-        break;
+      /* Writes mostly; zeroes and discards as the input says. */
+      switch ((v >> 60) & 7)
+        {
+        case 0:
+          if (qcow2_zero (
+                  img, len, off,
+                  (v >> 59) & 1 ? QCOW2_ZERO_MAY_UNMAP : QCOW2_ZERO_FAST, &err)
+                  == -1
+              && err.errnum != ENOTSUP)
+            return;
+          break;
+        case 1:
+          if (qcow2_discard (img, len, off, &err) == -1)
+            return;
+          break;
+        default:
+          if (qcow2_pwrite (img, buf, len, off, &err) == -1)
+            return;
+        }
       qcow2_pread (img, buf, len, off, &err);
     }
   qcow2_flush (img, &err);

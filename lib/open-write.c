@@ -119,7 +119,8 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
     uint64_t sectors = ((uint64_t)img->l1_size + 63) / 64;
     img->l1_dirty = calloc ((sectors + 63) / 64 + 1, 8);
   }
-  if (img->l1_dirty == NULL
+  img->zero_buf = calloc (1, cs);
+  if (img->l1_dirty == NULL || img->zero_buf == NULL
       || posix_memalign ((void **)&img->cow_buf, 4096, cs) != 0)
     {
       img->cow_buf = NULL;
@@ -158,6 +159,8 @@ free_write_state (struct qcow2_image *img)
   free (img->l1_dirty);
   free (img->pending);
   free (img->cow_buf);
+  free (img->zero_buf);
+  img->zero_buf = NULL;
   qcow2_commit_free (img);
   img->l1_dirty = img->pending = NULL;
   img->cow_buf = NULL;

@@ -189,7 +189,8 @@ struct qcow2_image
    */
   uint64_t *pending;
   size_t npending, pending_cap;
-  unsigned char *cow_buf; /* one cluster, for partial-cluster writes */
+  unsigned char *cow_buf;  /* one cluster, for partial-cluster writes */
+  unsigned char *zero_buf; /* one cluster of zeroes */
   /* Group commit: cut_seq counts cuts, done_seq is the last cut whose
    * commit completed; one commit runs at a time ('committing').
    * Protected by commit_lock, which is never held while taking 'lock'.
@@ -330,6 +331,27 @@ extern void qcow2_l1_mark_dirty (struct qcow2_image *img, uint64_t l1_idx);
  */
 extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
 extern void qcow2_commit_free (struct qcow2_image *img);
+
+/* ---- writing (write.c), under the image's write lock ---- */
+/* Returned when every L2 cache slot a request could use is dirty: the
+ * caller drops the lock, commits (qcow2_commit) and retries.
+ */
+#define QCOW2_RETRY 1
+/* The L2 table of L1 index 'l1_idx' in a cache slot to change, made if
+ * missing (*is_new: not on disk yet).  0, QCOW2_RETRY or -1.
+ */
+extern int qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
+                                   struct l2_ref *ref, bool *is_new,
+                                   struct qcow2_error *err);
+/* Write [off, off+n), inside one cluster.  0, QCOW2_RETRY or -1. */
+extern int qcow2_write_cluster (struct qcow2_image *img, const char *data,
+                                uint64_t off, uint64_t n,
+                                struct qcow2_error *err);
+/* Drop, after the next commit, the host references of L2 entry 'e'
+ * (of a COPIED cluster too if 'copied').
+ */
+extern int qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
+                             struct qcow2_error *err);
 
 /* Table entry bits. */
 #define L1E_OFFSET_MASK 0x00fffffffffffe00ULL

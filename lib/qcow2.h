@@ -136,6 +136,22 @@ extern int qcow2_pread (struct qcow2_image *img, void *buf, size_t count,
  */
 extern int qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
                          uint64_t offset, struct qcow2_error *err);
+/* Make [offset, offset+count) read as zeroes.  MAY_UNMAP releases the
+ * host clusters; FAST fails with ENOTSUP, changing nothing, when data
+ * would have to be written (partial clusters that are not zero yet,
+ * version 2 over a backing file).
+ */
+#define QCOW2_ZERO_MAY_UNMAP 1
+#define QCOW2_ZERO_FAST 2
+extern int qcow2_zero (struct qcow2_image *img, uint64_t count, uint64_t offset,
+                       unsigned flags, struct qcow2_error *err);
+/* Release the whole clusters in [offset, offset+count); they then read
+ * as zeroes, except on version 2 images over a backing file, which are
+ * left as they are.  Partial clusters are left as they are.
+ */
+extern int qcow2_discard (struct qcow2_image *img, uint64_t count,
+                          uint64_t offset, struct qcow2_error *err);
+
 /* Make every completed write durable (a no-op when read-only). */
 extern int qcow2_flush (struct qcow2_image *img, struct qcow2_error *err);
 

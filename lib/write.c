@@ -34,10 +34,7 @@ failed_image (struct qcow2_image *img, struct qcow2_error *err)
   return -1;
 }
 
-/* Returned when every cache slot the request could use is dirty: the
- * caller commits (without the lock) and retries.
- */
-#define RETRY 1
+#define RETRY QCOW2_RETRY
 
 /* A slot for the table at 'offset': 0, RETRY or -1. */
 static int
@@ -60,9 +57,10 @@ get_write (struct qcow2_image *img, uint64_t offset, bool fresh,
 /* The L2 table covering L1 index 'l1_idx', made if missing.  *is_new:
  * the table is not on disk yet.  0, RETRY or -1.
  */
-static int
-get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx, struct l2_ref *ref,
-                  bool *is_new, struct qcow2_error *err)
+int
+qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
+                        struct l2_ref *ref, bool *is_new,
+                        struct qcow2_error *err)
 {
   uint64_t l1e = img->l1[l1_idx];
   uint64_t l2_off = l1e & L1E_OFFSET_MASK, c;
@@ -103,9 +101,12 @@ get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx, struct l2_ref *ref,
   return get_write (img, l2_off, false, ref, err);
 }
 
-/* Drop the references the old entry 'e' held, after the next commit. */
-static int
-free_old (struct qcow2_image *img, uint64_t e, struct qcow2_error *err)
+/* Drop the references entry 'e' holds (a COPIED cluster's too if
+ * 'copied'), after the next commit.
+ */
+int
+qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
+                  struct qcow2_error *err)
 {
   if (e & OFLAG_COMPRESSED)
     {
@@ -122,7 +123,7 @@ free_old (struct qcow2_image *img, uint64_t e, struct qcow2_error *err)
           return -1;
       return 0;
     }
-  if ((e & L2E_OFFSET_MASK) && !(e & OFLAG_COPIED))
+  if ((e & L2E_OFFSET_MASK) && (copied || !(e & OFLAG_COPIED)))
     return qcow2_free_after_commit (
         img, (e & L2E_OFFSET_MASK) >> img->cluster_bits, err);
   return 0;
@@ -138,9 +139,9 @@ io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
 /* Write [off, off+n) (inside one cluster) from 'data': 0, RETRY or
  * -1.
  */
-static int
-write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
-               uint64_t n, struct qcow2_error *err)
+int
+qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
+                     uint64_t n, struct qcow2_error *err)
 {
   const uint64_t cs = img->cluster_size;
   const uint64_t in = off & (cs - 1), gstart = off - in;
@@ -153,7 +154,7 @@ write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
   struct iovec iov[3];
   int niov = 0, r;
 
-  r = get_l2_for_write (img, l1_idx, &ref, &is_new, err);
+  r = qcow2_get_l2_for_write (img, l1_idx, &ref, &is_new, err);
   if (r != 0)
     return r;
   r = -1;
@@ -202,7 +203,8 @@ write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
           if (qcow2_pread_unlocked (img, img->cow_buf, len, gstart, err) == -1)
             goto out;
         }
-      if (free_old (img, e, err) == -1)
+      /* A COPIED cluster was written in place above. */
+      if (qcow2_free_entry (img, e, false, err) == -1)
         goto out;
     }
 
@@ -251,7 +253,7 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
       uint64_t n = img->cluster_size - (offset & (img->cluster_size - 1));
       if (n > count)
         n = count;
-      r = write_cluster (img, p, offset, n, err);
+      r = qcow2_write_cluster (img, p, offset, n, err);
       if (r == RETRY)
         {
           /* Between two clusters the state is consistent: let the

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Power failures during writes through the qcow2 library: a recording
+# Power failures during writes, zeroes and discards through the qcow2
+# library: a recording
 # hostio logs every write and flush, and 1500 images a crash could have
 # left (everything a completed flush made durable, any subset of later
 # writes, torn at sectors) are built at random points of the log (see

@@ -13,6 +13,9 @@
  *     library, checked against a reference in memory after every step;
  *     the reference is left in OUT.raw for qemu-img compare, and the
  *     image for qemu-img check.
+ *   test-qcow2-write-unit wzero ... (as write)
+ *     the same with zero requests (keeping or releasing clusters, fast
+ *     or not) and discards mixed in.
  *   test-qcow2-write-unit crash IMAGE.qcow2 DIR SEED OPS IMAGES
  *     random writes and flushes through a recording hostio, then IMAGES
  *     images a power failure could have left at random points of the
@@ -499,9 +502,63 @@ rnd64 (unsigned *seed)
          ^ rand_r (seed);
 }
 
+/* Discard: which bytes of [off, off+len) now read as zeroes (whole
+ * clusters, the disk's last one counting as whole; not on version 2
+ * over a backing file).
+ */
+static void
+model_discard (struct wtest *t, uint64_t off, uint64_t len, uint64_t cs)
+{
+  uint64_t end = off + len, c;
+  uint64_t backing
+      = t->backing_io ? t->backing_io->get_size (t->backing_io) : 0;
+
+  for (c = (off + cs - 1) & ~(cs - 1); c < end; c += cs)
+    {
+      uint64_t n = t->size - c < cs ? t->size - c : cs;
+      if (c + n > end)
+        break;
+      if (qcow2_get_version (t->img) < 3 && c < backing)
+        continue;
+      memset (t->ref + c, 0, n);
+    }
+}
+
+/* A zero or discard request instead of a write. */
+static void
+zero_op (struct wtest *t, unsigned *seed, uint64_t off, uint64_t len,
+         uint64_t cs, unsigned i)
+{
+  struct qcow2_error err;
+  unsigned pick = rand_r (seed) % 4;
+
+  if (pick == 3)
+    {
+      if (qcow2_discard (t->img, len, off, &err) == -1)
+        die ("op %u: discard %#" PRIx64 "+%" PRIu64 ": %s", i, off, len,
+             err.msg);
+      model_discard (t, off, len, cs);
+      return;
+    }
+  if (pick == 2) /* fast: may refuse, and then changes nothing */
+    {
+      if (qcow2_zero (t->img, len, off, QCOW2_ZERO_FAST, &err) == -1)
+        {
+          if (err.errnum != ENOTSUP)
+            die ("op %u: fast zero: %s", i, err.msg);
+          return;
+        }
+    }
+  else if (qcow2_zero (t->img, len, off, pick ? QCOW2_ZERO_MAY_UNMAP : 0, &err)
+           == -1)
+    die ("op %u: zero %#" PRIx64 "+%" PRIu64 ": %s", i, off, len, err.msg);
+  memset (t->ref + off, 0, len);
+}
+
 static void
 test_write (int argc, char *argv[])
 {
+  const bool with_zero = strcmp (argv[1], "wzero") == 0;
   struct wtest t = { .path = argv[2] };
   struct qcow2_error err;
   unsigned seed = strtoul (argv[4], NULL, 0);
@@ -559,9 +616,15 @@ test_write (int argc, char *argv[])
         len = t.size - off;
       for (j = 0; j < len; ++j)
         data[j] = (unsigned char)(i * 31 + j / 512 + 1);
-      if (qcow2_pwrite (t.img, data, len, off, &err) == -1)
-        die ("op %u: write %#" PRIx64 "+%" PRIu64 ": %s", i, off, len, err.msg);
-      memcpy (t.ref + off, data, len);
+      if (with_zero && rand_r (&seed) % 4 == 0)
+        zero_op (&t, &seed, off, len, cs, i);
+      else
+        {
+          if (qcow2_pwrite (t.img, data, len, off, &err) == -1)
+            die ("op %u: write %#" PRIx64 "+%" PRIu64 ": %s", i, off, len,
+                 err.msg);
+          memcpy (t.ref + off, data, len);
+        }
       /* Around the write: the edges the copy-on-write filled in. */
       {
         uint64_t lo = off >= 2 * cs ? off - 2 * cs : 0;
@@ -588,7 +651,7 @@ test_write (int argc, char *argv[])
   qcow2_hostio_close (t.backing_io);
   free (t.ref);
   free (data);
-  printf ("ok: write %s (%u ops)\n", t.path, ops);
+  printf ("ok: %s %s (%u ops)\n", argv[1], t.path, ops);
 }
 
 /* ---- crash images ---- */
@@ -704,9 +767,29 @@ test_crash (char *argv[])
           op->off = rnd64 (&seed) % (size - op->len + 1);
           for (j = 0; j < op->len; ++j)
             data[j] = (unsigned char)(i * 7 + j / 512 + 1);
-          if (qcow2_pwrite (img, data, op->len, op->off, &err) == -1)
-            die ("write: %s", err.msg);
-          memcpy (ref + op->off, data, op->len);
+          switch (rand_r (&seed) % 8)
+            {
+            case 0: /* zero, releasing clusters */
+            case 1: /* zero, keeping them */
+              if (qcow2_zero (img, op->len, op->off,
+                              (i & 1) ? QCOW2_ZERO_MAY_UNMAP : 0, &err)
+                  == -1)
+                die ("zero: %s", err.msg);
+              memset (ref + op->off, 0, op->len);
+              break;
+            case 2: /* discard: whole clusters read as zeroes (no backing) */
+              if (qcow2_discard (img, op->len, op->off, &err) == -1)
+                die ("discard: %s", err.msg);
+              for (j = (op->off + cs - 1) & ~(cs - 1); j < op->off + op->len;
+                   j += cs)
+                if (j + cs <= op->off + op->len || op->off + op->len == size)
+                  memset (ref + j, 0, size - j < cs ? size - j : cs);
+              break;
+            default:
+              if (qcow2_pwrite (img, data, op->len, op->off, &err) == -1)
+                die ("write: %s", err.msg);
+              memcpy (ref + op->off, data, op->len);
+            }
         }
       op->ev_end = qcow2_record_count (rec);
     }
@@ -1132,7 +1215,9 @@ main (int argc, char *argv[])
     test_hostio (argv[2]);
   else if (argc == 4 && strcmp (argv[1], "refcount") == 0)
     test_refcount (argv[2], argv[3]);
-  else if (argc >= 6 && argc <= 8 && strcmp (argv[1], "write") == 0)
+  else if (argc >= 6 && argc <= 8
+           && (strcmp (argv[1], "write") == 0
+               || strcmp (argv[1], "wzero") == 0))
     test_write (argc, argv);
   else if (argc == 7 && strcmp (argv[1], "crash") == 0)
     test_crash (argv);

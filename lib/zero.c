@@ -1,0 +1,272 @@
+/* nbdstack qcow2 library: zeroing and discarding.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Whole clusters change only their L2 entry: version 3 images mark them
+ * zero (keeping a cluster that is ours alone when the caller wants the
+ * space kept, as qemu's ZERO_ALLOC), or make them unallocated where
+ * that reads as zeroes (no backing file under them); version 2 images
+ * have no zero flag and can only deallocate, so over a backing file
+ * they get written zeroes.  Dropped host clusters are released after
+ * the commit that removes their reference, as for writes.  The partial
+ * clusters at the edges are written zeroes through the write path,
+ * unless they already read as zeroes.
+ *
+ * A fast zero (FAST) fails with ENOTSUP before changing anything if any
+ * part would need data written.  Discard is zero without the edges and
+ * without writing data: what a discarded range reads is the client's
+ * problem, but here whole clusters read as zeroes afterwards (except on
+ * version 2 over a backing file, which are left alone).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "qcow2-internal.h"
+
+enum mode
+{
+  ZERO_KEEP,  /* keep clusters that are ours alone allocated */
+  ZERO_UNMAP, /* release them */
+  DISCARD
+};
+
+#define FALLBACK 2 /* the cluster needs zeroes written */
+
+/* Would unallocated guest bytes at 'goff' read as zeroes? */
+static bool
+unallocated_reads_zero (const struct qcow2_image *img, uint64_t goff)
+{
+  return img->backing_ops == NULL || goff >= img->backing_size;
+}
+
+/* Does [off, off+n) (inside one cluster) read as zeroes already? */
+static int
+reads_zero (struct qcow2_image *img, uint64_t off, uint64_t n, bool *zero,
+            struct qcow2_error *err)
+{
+  if (qcow2_pread_unlocked (img, img->cow_buf, n, off, err) == -1)
+    return -1;
+  *zero = memcmp (img->cow_buf, img->zero_buf, n) == 0;
+  return 0;
+}
+
+/* Guest cluster 'gc' reads as zeroes: 0, QCOW2_RETRY, FALLBACK or -1. */
+static int
+zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
+              struct qcow2_error *err)
+{
+  const uint64_t goff = gc << img->cluster_bits;
+  const uint64_t l1_idx = gc >> img->l2_bits;
+  const uint64_t l2_idx = gc & ((1ULL << img->l2_bits) - 1);
+  const bool backing_shows = !unallocated_reads_zero (img, goff);
+  const bool v3 = img->version >= 3;
+  struct l2_ref ref;
+  bool is_new, keep;
+  uint64_t *ent, e, host, want;
+  int r;
+
+  if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0 && !backing_shows)
+    return 0; /* no table, nothing below: zeroes already */
+  if (!v3 && backing_shows)
+    return mode == DISCARD ? 0 : FALLBACK;
+  r = qcow2_get_l2_for_write (img, l1_idx, &ref, &is_new, err);
+  if (r != 0)
+    return r;
+  ent = (uint64_t *)ref.table + l2_idx;
+  e = get_be64 (ent);
+  host = e & L2E_OFFSET_MASK;
+  keep = mode == ZERO_KEEP && v3 && !(e & OFLAG_COMPRESSED) && host
+         && (e & OFLAG_COPIED);
+  if (keep)
+    want = host | OFLAG_COPIED | OFLAG_ZERO;
+  else if (backing_shows)
+    want = OFLAG_ZERO; /* v3 here */
+  else
+    want = 0;
+  if (want != e)
+    {
+      if (!keep && qcow2_free_entry (img, e, true, err) == -1)
+        {
+          l2_cache_put (&ref);
+          return -1;
+        }
+      put_be64 (ent, want);
+      l2_cache_mark_dirty (&ref, is_new);
+    }
+  l2_cache_put (&ref);
+  return 0;
+}
+
+/* The partial clusters at the edges of [offset, end): each is either
+ * whole (it ends at the disk's end) or [lo, hi) inside one cluster.
+ */
+struct edge
+{
+  uint64_t lo, hi;
+  bool needed; /* must be written zeroes */
+};
+
+static void
+find_edges (const struct qcow2_image *img, uint64_t offset, uint64_t end,
+            struct edge e[2], uint64_t *first, uint64_t *last)
+{
+  const uint64_t cs = img->cluster_size;
+  uint64_t a = (offset + cs - 1) & ~(cs - 1); /* first whole cluster */
+  uint64_t b = end & ~(cs - 1);               /* end of the whole ones */
+
+  if (end == img->size)
+    b = (end + cs - 1) & ~(cs - 1); /* the disk's last cluster is whole */
+  memset (e, 0, 2 * sizeof *e);
+  if (a >= b)
+    {
+      /* No whole cluster: inside one, or across one boundary. */
+      uint64_t mid = (offset | (cs - 1)) + 1;
+      e[0] = (struct edge){ offset, end < mid ? end : mid, false };
+      if (end > mid)
+        e[1] = (struct edge){ mid, end, false };
+      *first = *last = 0;
+      return;
+    }
+  if (offset < a)
+    e[0] = (struct edge){ offset, a, false };
+  if (end > b)
+    e[1] = (struct edge){ b, end, false };
+  *first = a >> img->cluster_bits;
+  *last = b >> img->cluster_bits; /* exclusive */
+}
+
+static int
+failed_image (struct qcow2_image *img, struct qcow2_error *err)
+{
+  qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
+  return -1;
+}
+
+static int
+do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
+         enum mode mode, bool fast, struct qcow2_error *err)
+{
+  const uint64_t end = offset + count;
+  struct edge edge[2];
+  uint64_t gc, first, last;
+  unsigned i;
+  int r = 0;
+
+  if (!img->writable)
+    {
+      qcow2_set_error (err, EROFS, "the image is open read-only");
+      return -1;
+    }
+  if (offset > img->size || count > img->size - offset)
+    {
+      qcow2_set_error (err, EINVAL, "zero beyond the end of the disk");
+      return -1;
+    }
+  if (count == 0)
+    return 0;
+  find_edges (img, offset, end, edge, &first, &last);
+
+  pthread_rwlock_wrlock (&img->lock);
+  if (img->failed)
+    {
+      pthread_rwlock_unlock (&img->lock);
+      return failed_image (img, err);
+    }
+  /* Everything that would need data written, before changing anything:
+   * a fast zero must fail untouched.
+   */
+  for (i = 0; mode != DISCARD && i < 2; ++i)
+    if (edge[i].hi > edge[i].lo)
+      {
+        bool zero;
+        if (reads_zero (img, edge[i].lo, edge[i].hi - edge[i].lo, &zero, err)
+            == -1)
+          goto fail;
+        edge[i].needed = !zero;
+        if (fast && !zero)
+          goto notsup;
+      }
+  if (fast && img->version < 3 && img->backing_ops
+      && (first << img->cluster_bits) < img->backing_size && first < last)
+    goto notsup;
+
+  for (i = 0; r == 0 && i < 2; ++i)
+    {
+      if (!edge[i].needed)
+        continue;
+      r = qcow2_write_cluster (img, (const char *)img->zero_buf, edge[i].lo,
+                               edge[i].hi - edge[i].lo, err);
+      if (r == QCOW2_RETRY)
+        {
+          pthread_rwlock_unlock (&img->lock);
+          r = qcow2_commit (img, err);
+          pthread_rwlock_wrlock (&img->lock);
+          if (r == 0 && img->failed)
+            r = failed_image (img, err);
+          i--; /* again */
+        }
+    }
+  for (gc = first; r == 0 && gc < last;)
+    {
+      const uint64_t table = 1ULL << img->l2_bits;
+      uint64_t l1_idx = gc >> img->l2_bits;
+
+      /* A whole table's worth with no table and nothing below. */
+      if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0
+          && unallocated_reads_zero (img, gc << img->cluster_bits))
+        {
+          gc = (l1_idx + 1) * table;
+          continue;
+        }
+      r = zero_cluster (img, gc, mode, err);
+      if (r == FALLBACK)
+        {
+          uint64_t goff = gc << img->cluster_bits;
+          uint64_t n = img->size - goff < img->cluster_size ? img->size - goff
+                                                            : img->cluster_size;
+          r = qcow2_write_cluster (img, (const char *)img->zero_buf, goff, n,
+                                   err);
+        }
+      if (r == QCOW2_RETRY)
+        {
+          pthread_rwlock_unlock (&img->lock);
+          r = qcow2_commit (img, err);
+          pthread_rwlock_wrlock (&img->lock);
+          if (r == 0 && img->failed)
+            r = failed_image (img, err);
+          continue;
+        }
+      gc++;
+    }
+  if (r == -1)
+    goto fail;
+  pthread_rwlock_unlock (&img->lock);
+  return 0;
+
+notsup:
+  pthread_rwlock_unlock (&img->lock);
+  qcow2_set_error (err, ENOTSUP, "a fast zero would have to write data");
+  return -1;
+fail:
+  img->failed = true;
+  pthread_rwlock_unlock (&img->lock);
+  return -1;
+}
+
+int
+qcow2_zero (struct qcow2_image *img, uint64_t count, uint64_t offset,
+            unsigned flags, struct qcow2_error *err)
+{
+  return do_zero (img, offset, count,
+                  flags & QCOW2_ZERO_MAY_UNMAP ? ZERO_UNMAP : ZERO_KEEP,
+                  flags & QCOW2_ZERO_FAST, err);
+}
+
+int
+qcow2_discard (struct qcow2_image *img, uint64_t count, uint64_t offset,
+               struct qcow2_error *err)
+{
+  return do_zero (img, offset, count, DISCARD, false, err);
+}
