@@ -293,7 +293,17 @@ buffer_direct (enum direct_op op, const void *buf, uint32_t count,
       r = CALL_BELOW (below->zero (below, count, offset, flags, err));
       break;
     case OP_TRIM:
-      r = CALL_BELOW (below->trim (below, count, offset, flags, err));
+      /* A plugin may trim only whole blocks and leave the edges of the
+       * range as they are; those edges must then hold the newest data,
+       * as they would without the buffer.  So the buffered pieces go
+       * down first (trims of buffered data are rare: a client does not
+       * write what it is about to discard).
+       */
+      r = 0;
+      for (i = 0; i < n && r == 0; ++i)
+        r = writeback_write_down (pieces[i].start, pieces[i].end, err);
+      if (r == 0)
+        r = CALL_BELOW (below->trim (below, count, offset, flags, err));
       break;
     default:
       r = 0;

@@ -194,6 +194,7 @@ extern int buffer_direct (enum direct_op op, const void *buf, uint32_t count,
 
 /* writeback.c (called without the lock). */
 extern int writeback_start (void);
+extern int writeback_write_down (uint64_t a, uint64_t b, int *err);
 extern void writeback_stop (void);
 extern int writeback_sync (bool do_flush, bool report, uint64_t since_gen,
                            int *err);

@@ -56,9 +56,11 @@ writeback_note_failure (int err)
   add_ms (&co.retry_after, RETRY_BACKOFF_MS);
 }
 
-/* Write [a, b) from the buffer below, in chunks of max_write. */
-static int
-write_down (uint64_t a, uint64_t b, int *err)
+/* Write [a, b) from the buffer below, in chunks of max_write (called
+ * without the lock).
+ */
+int
+writeback_write_down (uint64_t a, uint64_t b, int *err)
 {
   nbdkit_next *below = co.below;
   uint64_t chunks = 0;
@@ -124,7 +126,7 @@ writeback_before (uint64_t S, int *first_err)
         }
       ivset_set_state (set, i, IV_INFLIGHT);
       pthread_mutex_unlock (&co.lock);
-      r = write_down (a, b, &err);
+      r = writeback_write_down (a, b, &err);
       pthread_mutex_lock (&co.lock);
       i = buffer_find_exact (a);
       assert (set->v[i].end == b && set->v[i].state == IV_INFLIGHT);
