@@ -58,13 +58,6 @@ refuse (struct qcow2_image *img, const struct qcow2_open_options *opts,
                        "supported yet");
       return -1;
     }
-  if (img->nb_snapshots > 0)
-    {
-      qcow2_set_error (err, ENOTSUP,
-                       "writing images with internal snapshots is not "
-                       "supported yet");
-      return -1;
-    }
   return 0;
 }
 

@@ -4,13 +4,15 @@
  * A guest range is written one cluster at a time.  A cluster that is
  * ours alone (COPIED, a normal data cluster whose refcount is 1) is
  * overwritten in place: no metadata changes.  Anything else (never
- * written, zero, compressed, shared) gets a new cluster: the part of it
- * the request does not cover is what the guest reads there now (the
+ * written, zero, compressed, shared with a snapshot) gets a new cluster: the
+ * part of it the request does not cover is what the guest reads there now (the
  * backing file, zeroes, the decompressed or shared data), copied in the
  * same pwritev as the request's data; then the L2 entry points at it.
  * The old cluster's reference is dropped after the commit that removes
- * it (commit.c).  The data is durable before the entry that points at
- * it because every entry is written only in a commit's second phase.
+ * it (commit.c).  An L2 table shared with a snapshot (no COPIED flag in
+ * the L1 entry) is first copied for the active layer (cow_l2).  The data is
+ * durable before the entry that points at it because every entry is written
+ * only in a commit's second phase.
  *
  * Write requests run one at a time: the image's write lock is held for
  * the whole request, except that one that needs a cache slot while
@@ -54,6 +56,56 @@ get_write (struct qcow2_image *img, uint64_t offset, bool fresh,
   return 0;
 }
 
+/* The table at 'old' is shared (with a snapshot): give the active L1
+ * its own copy.  The data clusters keep their counts (one per L1 table
+ * that reaches them, through either copy); the new table is counted
+ * once, and the old one loses the active L1's reference after the
+ * commit that points the L1 entry at the copy.  0, RETRY or -1.
+ */
+static int
+cow_l2 (struct qcow2_image *img, uint64_t l1_idx, uint64_t old,
+        struct l2_ref *ref, bool *is_new, struct qcow2_error *err)
+{
+  struct l2_ref src;
+  uint64_t c;
+  int r;
+
+  r = l2_cache_get (img->l2, old, &src);
+  if (r < 0)
+    {
+      qcow2_set_error (err, -r, "reading L2 table at %#" PRIx64 ": %s", old,
+                       strerror (-r));
+      return -1;
+    }
+  if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1)
+    {
+      l2_cache_put (&src);
+      return -1;
+    }
+  r = get_write (img, c << img->cluster_bits, true, ref, err);
+  if (r == 0)
+    memcpy ((void *)ref->table, src.table, img->cluster_size);
+  l2_cache_put (&src);
+  if (r == RETRY)
+    {
+      /* Nothing refers to c: give it back now. */
+      if (qcow2_rc_update (img, c, -1, err) == -1)
+        return -1;
+      qcow2_alloc_reuse (img, c);
+    }
+  if (r != 0)
+    return r;
+  if (qcow2_free_after_commit (img, old >> img->cluster_bits, err) == -1)
+    {
+      l2_cache_put (ref);
+      return -1;
+    }
+  img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
+  qcow2_l1_mark_dirty (img, l1_idx);
+  *is_new = true;
+  return 0;
+}
+
 /* The L2 table covering L1 index 'l1_idx', made if missing.  *is_new:
  * the table is not on disk yet.  0, RETRY or -1.
  */
@@ -85,18 +137,10 @@ qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
       *is_new = true;
       return 0;
     }
-  if (!(l1e & OFLAG_COPIED))
-    {
-      /* Shared with a snapshot: not without snapshots (refused at
-       * open), so the image is inconsistent.
-       */
-      qcow2_set_error (err, EIO,
-                       "L2 table at %#" PRIx64 " is shared (no COPIED flag)",
-                       l2_off);
-      return -1;
-    }
   if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
     return -1;
+  if (!(l1e & OFLAG_COPIED))
+    return cow_l2 (img, l1_idx, l2_off, ref, is_new, err);
   *is_new = false;
   return get_write (img, l2_off, false, ref, err);
 }

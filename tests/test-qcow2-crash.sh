@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Power failures during writes, zeroes and discards through the qcow2
 # library: a recording
-# hostio logs every write and flush, and 1500 images a crash could have
+# hostio logs every write and flush, and 1800 images a crash could have
 # left (everything a completed flush made durable, any subset of later
 # writes, torn at sectors) are built at random points of the log (see
 # test_crash in test-qcow2-write-unit.c, which checks that each opens
@@ -44,3 +44,21 @@ crash comp 4
 # The linear layout of an image the library created.
 "$unit" create lin.qcow2 $((2 << 20)) 10 16 linear
 crash lin 5
+# Internal snapshots: L2 tables copied for the active layer, shared
+# data released.  The snapshot must read the same in every crash image.
+"$QEMU_IMG" create -q -f qcow2 -o cluster_size=1k snap.qcow2 2M
+"$QEMU_IO" -f qcow2 -c 'write -P 7 0 1536k' snap.qcow2 >/dev/null
+"$QEMU_IMG" snapshot -c s1 snap.qcow2
+"$QEMU_IMG" convert -O raw snap.qcow2 s1.raw
+mkdir snap.d
+"$unit" crash snap.qcow2 snap.d 6 300 300
+for f in snap.d/crash-*.qcow2; do
+  rc=0
+  "$QEMU_IMG" check $f >check.out 2>&1 || rc=$?
+  { [ $rc -eq 0 ] || [ $rc -eq 3 ]; } ||
+    fail "$f: qemu-img check exit $rc: $(head -20 check.out)"
+done
+for f in snap.d/crash-1[0-9].qcow2 snap.d/crash-299.qcow2; do
+  "$QEMU_IMG" convert -l snapshot.name=s1 -O raw $f s1-crash.raw
+  cmp -s s1.raw s1-crash.raw || fail "$f: the snapshot changed"
+done

@@ -91,3 +91,23 @@ wzero z6 16 100
 "$QEMU_IMG" create -q -f qcow2 -o cluster_size=64k,preallocation=metadata \
   z7.qcow2 7777777
 wzero z7 17 200
+
+# Internal snapshots: the active layer's L2 tables and data are shared
+# with them until written.  Writes, zeroes and discards must leave every
+# snapshot as it was, and qemu must still be able to delete one and find
+# the image clean.
+"$QEMU_IMG" create -q -f qcow2 -o cluster_size=4k snap.qcow2 16M
+"$QEMU_IO" -f qcow2 -c 'write -P 1 0 8M' -c 'write -z 9M 1M' snap.qcow2 >/dev/null
+"$QEMU_IMG" snapshot -c s1 snap.qcow2
+"$QEMU_IMG" convert -O raw snap.qcow2 s1.raw
+"$QEMU_IO" -f qcow2 -c 'write -P 2 4M 8M' snap.qcow2 >/dev/null
+"$QEMU_IMG" snapshot -c s2 snap.qcow2
+"$QEMU_IMG" convert -O raw snap.qcow2 s2.raw
+wzero snap 18 300
+for s in s1 s2; do
+  "$QEMU_IMG" convert -l snapshot.name=$s -O raw snap.qcow2 $s-after.raw
+  cmp -s $s.raw $s-after.raw || fail "snapshot $s changed"
+done
+"$QEMU_IMG" snapshot -d s1 snap.qcow2
+"$QEMU_IMG" check snap.qcow2 >check.out 2>&1 ||
+  fail "not clean after qemu deleted a snapshot: $(cat check.out)"
