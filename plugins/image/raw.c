@@ -372,11 +372,14 @@ raw_block_size (void *state, uint32_t *minimum, uint32_t *preferred,
    * would make strict clients (libnbd's default: nbdsh, nbdcopy) refuse
    * every unaligned request themselves, and the unaligned tail of a
    * file whose size is not a multiple of it could not be reached at all.
-   * The alignment's cost is what the preferred size is for.
+   * The alignment's cost is what the preferred size is for.  The
+   * maximum is what nbdkit accepts in one read or write (its
+   * MAX_REQUEST_SIZE): strict clients split larger ones themselves
+   * instead of having them refused.
    */
   *minimum = 1;
   *preferred = raw->preferred;
-  *maximum = 0xffffffff;
+  *maximum = 64 * 1024 * 1024;
   return 0;
 }
 
