@@ -51,13 +51,6 @@ refuse (struct qcow2_image *img, const struct qcow2_open_options *opts,
                        "not supported yet");
       return -1;
     }
-  if (img->ext_l2)
-    {
-      qcow2_set_error (err, ENOTSUP,
-                       "writing images with extended L2 entries is not "
-                       "supported yet");
-      return -1;
-    }
   return 0;
 }
 

@@ -359,6 +359,9 @@ extern int qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
 #define OFLAG_COPIED (1ULL << 63)
 #define OFLAG_COMPRESSED (1ULL << 62)
 #define OFLAG_ZERO 1ULL
+/* Extended L2 subcluster bitmaps: bits 0-31 allocated, 32-63 zero. */
+#define BITMAP_ALL_ALLOC 0xffffffffULL
+#define BITMAP_ALL_ZERO 0xffffffff00000000ULL
 
 /* L1 entries a disk of 'size' bytes needs. */
 static inline uint64_t

@@ -18,8 +18,6 @@
 
 #include "qcow2-internal.h"
 
-#define BITMAP_ALL_ALLOC 0xffffffffULL
-
 /* How one (sub)cluster reads, like qemu's QCOW2_SUBCLUSTER_* types. */
 enum sc_type
 {

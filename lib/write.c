@@ -194,7 +194,7 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
       = (off >> img->cluster_bits) & ((1ULL << img->l2_bits) - 1);
   struct l2_ref ref;
   bool is_new;
-  uint64_t *ent, e, host, c, v;
+  uint64_t *ent, e, bm, host, c, v;
   struct iovec iov[3];
   int niov = 0, r;
 
@@ -202,8 +202,9 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
   if (r != 0)
     return r;
   r = -1;
-  ent = (uint64_t *)ref.table + l2_idx;
+  ent = (uint64_t *)((char *)ref.table + l2_idx * img->l2_entry_bytes);
   e = get_be64 (ent);
+  bm = img->ext_l2 ? get_be64 (ent + 1) : 0;
   host = e & L2E_OFFSET_MASK;
 
   if (!(e & OFLAG_COMPRESSED) && host && (e & OFLAG_COPIED))
@@ -219,7 +220,7 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
                            host, v);
           goto out;
         }
-      if (!(e & OFLAG_ZERO))
+      if (img->ext_l2 ? bm == BITMAP_ALL_ALLOC : !(e & OFLAG_ZERO))
         {
           /* The common case of an upload overwriting: data only. */
           r = qcow2_hostio_pwrite (img->io, data, n, host + in);
@@ -228,10 +229,11 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
           r = r < 0 ? -1 : 0;
           goto out;
         }
-      /* Preallocated zero cluster: keep the host cluster, zero what the
-       * request does not cover.
+      /* Some of it reads as zeroes or from below (a preallocated zero
+       * cluster, unallocated subclusters): the whole host cluster gets
+       * what the guest reads there, in place, before the entry says it
+       * is all data.
        */
-      memset (img->cow_buf, 0, cs);
       c = host >> img->cluster_bits;
     }
   else
@@ -239,16 +241,16 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
       if (qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err)
           == -1)
         goto out;
-      if (n < cs)
-        {
-          /* What the guest reads there now, up to the end of the disk. */
-          uint64_t len = img->size - gstart < cs ? img->size - gstart : cs;
-          memset (img->cow_buf + len, 0, cs - len);
-          if (qcow2_pread_unlocked (img, img->cow_buf, len, gstart, err) == -1)
-            goto out;
-        }
       /* A COPIED cluster was written in place above. */
       if (qcow2_free_entry (img, e, false, err) == -1)
+        goto out;
+    }
+  if (n < cs)
+    {
+      /* What the guest reads there now, up to the end of the disk. */
+      uint64_t len = img->size - gstart < cs ? img->size - gstart : cs;
+      memset (img->cow_buf + len, 0, cs - len);
+      if (qcow2_pread_unlocked (img, img->cow_buf, len, gstart, err) == -1)
         goto out;
     }
 
@@ -265,6 +267,8 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
       goto out;
     }
   put_be64 (ent, (c << img->cluster_bits) | OFLAG_COPIED);
+  if (img->ext_l2)
+    put_be64 (ent + 1, BITMAP_ALL_ALLOC);
   l2_cache_mark_dirty (&ref, is_new);
   r = 0;
 out:

@@ -3,7 +3,8 @@
  *
  * Whole clusters change only their L2 entry: version 3 images mark them
  * zero (keeping a cluster that is ours alone when the caller wants the
- * space kept, as qemu's ZERO_ALLOC), or make them unallocated where
+ * space kept, as qemu's ZERO_ALLOC; with extended L2, all 32 subclusters
+ * zero in the bitmap), or make them unallocated where
  * that reads as zeroes (no backing file under them); version 2 images
  * have no zero flag and can only deallocate, so over a backing file
  * they get written zeroes.  Dropped host clusters are released after
@@ -64,7 +65,7 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
   const bool v3 = img->version >= 3;
   struct l2_ref ref;
   bool is_new, keep;
-  uint64_t *ent, e, host, want;
+  uint64_t *ent, e, bm, host, want, want_bm;
   int r;
 
   if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0 && !backing_shows)
@@ -74,18 +75,21 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
   r = qcow2_get_l2_for_write (img, l1_idx, &ref, &is_new, err);
   if (r != 0)
     return r;
-  ent = (uint64_t *)ref.table + l2_idx;
+  ent = (uint64_t *)((char *)ref.table + l2_idx * img->l2_entry_bytes);
   e = get_be64 (ent);
+  bm = img->ext_l2 ? get_be64 (ent + 1) : 0;
   host = e & L2E_OFFSET_MASK;
   keep = mode == ZERO_KEEP && v3 && !(e & OFLAG_COMPRESSED) && host
          && (e & OFLAG_COPIED);
+  /* Extended L2 says "zero" in the bitmap, the others in the entry. */
   if (keep)
-    want = host | OFLAG_COPIED | OFLAG_ZERO;
-  else if (backing_shows)
+    want = host | OFLAG_COPIED | (img->ext_l2 ? 0 : OFLAG_ZERO);
+  else if (backing_shows && !img->ext_l2)
     want = OFLAG_ZERO; /* v3 here */
   else
     want = 0;
-  if (want != e)
+  want_bm = img->ext_l2 && (keep || backing_shows) ? BITMAP_ALL_ZERO : 0;
+  if (want != e || want_bm != bm)
     {
       if (!keep && qcow2_free_entry (img, e, true, err) == -1)
         {
@@ -93,6 +97,8 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
           return -1;
         }
       put_be64 (ent, want);
+      if (img->ext_l2)
+        put_be64 (ent + 1, want_bm);
       l2_cache_mark_dirty (&ref, is_new);
     }
   l2_cache_put (&ref);

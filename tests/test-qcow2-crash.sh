@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Power failures during writes, zeroes and discards through the qcow2
 # library: a recording
-# hostio logs every write and flush, and 1800 images a crash could have
+# hostio logs every write and flush, and 2100 images a crash could have
 # left (everything a completed flush made durable, any subset of later
 # writes, torn at sectors) are built at random points of the log (see
 # test_crash in test-qcow2-write-unit.c, which checks that each opens
@@ -41,6 +41,11 @@ crash v2 3
 head -c 2M /dev/urandom | base64 -w 0 | head -c 3M >text.raw
 "$QEMU_IMG" convert -c -f raw -O qcow2 -o cluster_size=2k text.raw comp.qcow2
 crash comp 4
+# Extended L2 entries, with subclusters qemu wrote partly.
+"$QEMU_IMG" create -q -f qcow2 -o extended_l2=on,cluster_size=16k extl2.qcow2 2M
+"$QEMU_IO" -f qcow2 -c 'write -P 3 1k 2k' -c 'write -P 4 100k 300k' \
+  -c 'write -z 50k 10k' extl2.qcow2 >/dev/null
+crash extl2 7
 # The linear layout of an image the library created.
 "$unit" create lin.qcow2 $((2 << 20)) 10 16 linear
 crash lin 5

@@ -111,3 +111,20 @@ done
 "$QEMU_IMG" snapshot -d s1 snap.qcow2
 "$QEMU_IMG" check snap.qcow2 >check.out 2>&1 ||
   fail "not clean after qemu deleted a snapshot: $(cat check.out)"
+
+# Extended L2 entries: subclusters qemu wrote partly (allocated, zero,
+# unallocated over a backing file) are filled in place before the entry
+# says the whole cluster is data; zeroes set the bitmap's zero bits.
+"$QEMU_IMG" create -q -f qcow2 -o extended_l2=on,cluster_size=64k x1.qcow2 16M
+wzero x1 21 300
+"$QEMU_IMG" create -q -f qcow2 -o extended_l2=on,cluster_size=16k x2.qcow2 8M
+"$QEMU_IO" -f qcow2 -c 'write -P 3 1k 2k' -c 'write -P 4 100k 300k' \
+  -c 'write -z 50k 10k' -c 'write -z -u 600k 64k' x2.qcow2 >/dev/null
+wzero x2 22 300 1
+"$QEMU_IMG" create -q -f qcow2 -o extended_l2=on,cluster_size=32k -b src.raw \
+  -F raw x3.qcow2
+"$QEMU_IO" -f qcow2 -c 'write -P 5 3k 5k' -c 'write -P 6 70k 1k' x3.qcow2 >/dev/null
+wzero x3 23 300 0 "$T/src.raw"
+"$QEMU_IMG" convert -c -f raw -O qcow2 -o extended_l2=on,cluster_size=16k \
+  text.raw x4.qcow2
+wzero x4 24 100
