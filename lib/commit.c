@@ -253,9 +253,12 @@ run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
 int
 qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
 {
+  struct qcow2_error ignored = { 0 };
   uint64_t target, my_cut;
   int r = 0;
 
+  if (err == NULL)
+    err = &ignored;
   pthread_mutex_lock (&img->commit_lock);
   /* Everything that completed before this call is covered by any cut
    * taken from now on.

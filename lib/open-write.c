@@ -159,7 +159,11 @@ free_write_state (struct qcow2_image *img)
 int
 qcow2_close_writable (struct qcow2_image *img, struct qcow2_error *err)
 {
+  struct qcow2_error ignored = { 0 };
   int r = -1;
+
+  if (err == NULL) /* qcow2_close: nobody to tell */
+    err = &ignored;
 
   if (img->rc == NULL)
     {

@@ -348,8 +348,18 @@ qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
 
 /* A writable image changes its tables in place: readers exclude the
  * writer (until writing gets finer-grained locks, see WRITING.md).  A
- * read-only image takes no lock at all.
+ * read-only image takes no lock at all.  A failed image serves nothing,
+ * as qemu does: after a failed write-back, a table in the cache may be
+ * newer than the disk and be evicted, so what a read would find is not
+ * known.
  */
+static int
+read_failed (struct qcow2_error *err)
+{
+  qcow2_set_error (err, EIO, "the image failed earlier");
+  return -1;
+}
+
 int
 qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
              struct qcow2_error *err)
@@ -359,7 +369,8 @@ qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
   if (!img->writable)
     return qcow2_pread_unlocked (img, buf, count, offset, err);
   pthread_rwlock_rdlock (&img->lock);
-  r = qcow2_pread_unlocked (img, buf, count, offset, err);
+  r = img->failed ? read_failed (err)
+                  : qcow2_pread_unlocked (img, buf, count, offset, err);
   pthread_rwlock_unlock (&img->lock);
   return r;
 }
@@ -377,7 +388,8 @@ qcow2_block_status (struct qcow2_image *img, uint64_t offset, uint64_t max,
   if (!img->writable)
     return block_status_unlocked (img, offset, max, len, flags, err);
   pthread_rwlock_rdlock (&img->lock);
-  r = block_status_unlocked (img, offset, max, len, flags, err);
+  r = img->failed ? read_failed (err)
+                  : block_status_unlocked (img, offset, max, len, flags, err);
   pthread_rwlock_unlock (&img->lock);
   return r;
 }

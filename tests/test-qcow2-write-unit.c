@@ -35,6 +35,14 @@
  *     commits than flush calls), every thread reads back what it
  *     wrote, and crash images keep each thread's flushed data
  *     (DIR/crash-N.qcow2 for qemu-img check).
+ *   test-qcow2-write-unit fault IMAGE.qcow2 DIR SEED IMAGES
+ *     the same random writes, zeroes and flushes on copies of IMAGE,
+ *     with the Nth write, zero or flush of the file failing (EIO) for
+ *     IMAGES values of N: the request fails, and so does every later
+ *     request (the image is failed); closing must not
+ *     crash; reopened, the file keeps all data flushed before the
+ *     failure.  The files are left in DIR/fault-N.qcow2 for qemu-img
+ *     check.
  *   test-qcow2-write-unit openw IMAGE
  *     open writable and close; on failure print the library's message.
  * Each command exits non-zero with a message on the first failure.
@@ -1186,6 +1194,223 @@ test_group (char *argv[])
           path, g.flush_calls, commits, syncs, nev, nimages);
 }
 
+/* ---- failures ---- */
+
+struct fault_io
+{
+  struct qcow2_hostio io;
+  struct qcow2_hostio *below;
+  unsigned calls, fail_at; /* fail call number fail_at (from 1) */
+};
+
+static int
+fault_next (struct fault_io *f)
+{
+  return ++f->calls == f->fail_at ? -EIO : 0;
+}
+
+static int
+fault_pread (struct qcow2_hostio *io, void *buf, size_t n, uint64_t off)
+{
+  struct fault_io *f = (struct fault_io *)io;
+  return f->below->pread (f->below, buf, n, off);
+}
+
+static int64_t
+fault_get_size (struct qcow2_hostio *io)
+{
+  struct fault_io *f = (struct fault_io *)io;
+  return f->below->get_size (f->below);
+}
+
+static int
+fault_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int n,
+               uint64_t off)
+{
+  struct fault_io *f = (struct fault_io *)io;
+  return fault_next (f) ?: f->below->pwritev (f->below, iov, n, off);
+}
+
+static int
+fault_zero (struct qcow2_hostio *io, uint64_t off, uint64_t len, bool punch)
+{
+  struct fault_io *f = (struct fault_io *)io;
+
+  /* Punching freed clusters is a hint whose failure is ignored by
+   * design: no fault there.
+   */
+  if (punch)
+    return f->below->zero (f->below, off, len, punch);
+  return fault_next (f) ?: f->below->zero (f->below, off, len, punch);
+}
+
+static int
+fault_flush (struct qcow2_hostio *io)
+{
+  struct fault_io *f = (struct fault_io *)io;
+  return fault_next (f) ?: f->below->flush (f->below);
+}
+
+/* One run failing at call 'fail_at' (0: never).  Returns the number of
+ * calls made, or dies.
+ */
+static unsigned
+fault_run (const char *path, unsigned seed, unsigned fail_at)
+{
+  struct qcow2_open_options opts = { .writable = true, .l2_cache_size = 1 };
+  struct qcow2_error err;
+  struct fault_io f = { .fail_at = fail_at };
+  struct qcow2_image *img;
+  unsigned char *ref, *stable, *touched, *data, *got;
+  uint64_t size, cs;
+  unsigned i, calls;
+  bool failed = false;
+  int fd = open (path, O_RDWR | O_CLOEXEC);
+
+  CHECK (fd >= 0);
+  f.below = qcow2_hostio_fd (fd);
+  f.io = *f.below;
+  f.io.pread = fault_pread;
+  f.io.get_size = fault_get_size;
+  f.io.pwritev = fault_pwritev;
+  f.io.zero = fault_zero;
+  f.io.flush = fault_flush;
+  f.io.block_status = NULL;
+  img = qcow2_open (&f.io, &opts, &err);
+  if (img == NULL)
+    die ("%s: %s", path, err.msg);
+  size = qcow2_get_size (img);
+  cs = qcow2_get_cluster_size (img);
+  ref = malloc (size);
+  stable = malloc (size);
+  touched = calloc (size, 1);
+  data = malloc (4 * cs);
+  got = malloc (size);
+  if (qcow2_pread (img, ref, size, 0, &err) == -1)
+    die ("initial read: %s", err.msg);
+  memcpy (stable, ref, size);
+
+  for (i = 0; i < 200 && !failed; ++i)
+    {
+      uint64_t len = 1 + rand_r (&seed) % (4 * cs), off;
+      unsigned kind = rand_r (&seed) % 8;
+      int r;
+
+      if (len > size)
+        len = size;
+      off = rnd64 (&seed) % (size - len + 1);
+      memset (data, (int)(i + 1), len);
+      if (kind == 0)
+        r = qcow2_flush (img, &err);
+      else if (kind == 1)
+        r = qcow2_zero (img, len, off, QCOW2_ZERO_MAY_UNMAP, &err);
+      else
+        r = qcow2_pwrite (img, data, len, off, &err);
+      if (r == -1)
+        {
+          if (err.errnum != EIO)
+            die ("fault at %u: error %d (%s), expected EIO", fail_at,
+                 err.errnum, err.msg);
+          failed = true;
+          /* A failed request may have been done in part. */
+          if (kind != 0)
+            memset (touched + off, 1, len);
+          break;
+        }
+      if (kind == 0)
+        {
+          memcpy (stable, ref, size);
+          memset (touched, 0, size);
+          continue;
+        }
+      if (kind == 1)
+        memset (ref + off, 0, len);
+      else
+        memcpy (ref + off, data, len);
+      memset (touched + off, 1, len);
+    }
+  if (fail_at && !failed)
+    die ("fault at %u: nothing failed", fail_at);
+  if (failed)
+    {
+      /* Failed for good, even though the file works again. */
+      CHECK (qcow2_pwrite (img, data, 1, 0, &err) == -1 && err.errnum == EIO);
+      CHECK (qcow2_zero (img, 1, 0, 0, &err) == -1 && err.errnum == EIO);
+      CHECK (qcow2_flush (img, &err) == -1 && err.errnum == EIO);
+      /* And reads: memory may no longer match the disk. */
+      CHECK (qcow2_pread (img, got, 1, 0, &err) == -1 && err.errnum == EIO);
+    }
+  calls = f.calls;   /* the requests', not closing's */
+  qcow2_close (img); /* no error to report: must not crash */
+  qcow2_hostio_close (f.below);
+
+  /* Reopened: what the last successful flush made durable is there
+   * (nothing was lost in the page cache: every write that completed is
+   * visible, so only the commit's own writes can be missing).
+   */
+  {
+    struct qcow2_open_options ro = { 0 };
+    struct qcow2_hostio *io;
+    fd = open (path, O_RDONLY | O_CLOEXEC);
+    io = qcow2_hostio_fd (fd);
+    img = qcow2_open (io, &ro, &err);
+    if (img == NULL)
+      die ("fault at %u: does not reopen: %s", fail_at, err.msg);
+    if (qcow2_pread (img, got, size, 0, &err) == -1)
+      die ("fault at %u: does not read: %s", fail_at, err.msg);
+    if (!failed && memcmp (got, ref, size) != 0)
+      die ("no fault: the data differs after closing");
+    /* Bytes no request touched since the last flush must read as then;
+     * the others may read as any value they had since.
+     */
+    {
+      uint64_t j;
+      for (j = 0; j < size; ++j)
+        if (!touched[j] && got[j] != stable[j])
+          die ("fault at %u: flushed byte %#" PRIx64 " reads %#x, expected "
+               "%#x",
+               fail_at, j, got[j], stable[j]);
+    }
+    qcow2_close (img);
+    qcow2_hostio_close (io);
+  }
+  free (ref);
+  free (stable);
+  free (touched);
+  free (data);
+  free (got);
+  return calls;
+}
+
+static void
+test_fault (char *argv[])
+{
+  const char *path = argv[2], *dir = argv[3];
+  unsigned seed = strtoul (argv[4], NULL, 0);
+  unsigned nimages = strtoul (argv[5], NULL, 0), k, total;
+  size_t len;
+  unsigned char *orig = slurp (path, &len);
+  char name[4096];
+  FILE *fp;
+
+  /* How many calls a run makes without faults. */
+  snprintf (name, sizeof name, "%s/fault-none.qcow2", dir);
+  fp = fopen (name, "wb");
+  CHECK (fp && fwrite (orig, 1, len, fp) == len && fclose (fp) == 0);
+  total = fault_run (name, seed, 0);
+  CHECK (total > nimages);
+  for (k = 0; k < nimages; ++k)
+    {
+      unsigned at = 1 + (uint64_t)k * total / nimages;
+      snprintf (name, sizeof name, "%s/fault-%u.qcow2", dir, at);
+      fp = fopen (name, "wb");
+      CHECK (fp && fwrite (orig, 1, len, fp) == len && fclose (fp) == 0);
+      fault_run (name, seed, at);
+    }
+  free (orig);
+  printf ("ok: fault %s: %u calls, %u failure points\n", path, total, nimages);
+}
+
 static int
 test_openw (const char *path)
 {
@@ -1229,11 +1454,14 @@ main (int argc, char *argv[])
     test_group (argv);
   else if (argc == 3 && strcmp (argv[1], "openw") == 0)
     return test_openw (argv[2]);
+  else if (argc == 6 && strcmp (argv[1], "fault") == 0)
+    test_fault (argv);
   else
     die ("usage: %s hostio DIR | refcount IMAGE LIST | write IMAGE OUT SEED "
          "OPS [L2-CACHE [BACKING]] | crash IMAGE DIR SEED OPS IMAGES | create "
          "IMAGE SIZE CLUSTER-BITS REFCOUNT-BITS linear|compact | shuffle "
-         "IMAGE OUT SEED | group IMAGE DIR SEED IMAGES | openw IMAGE",
+         "IMAGE OUT SEED | group IMAGE DIR SEED IMAGES | openw IMAGE | fault "
+         "IMAGE DIR SEED IMAGES",
          argv[0]);
   return 0;
 }
