@@ -190,7 +190,11 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
             }
           now (&t0);
           pthread_cond_signal (&co.wake_bg);
-          buffer_wait_changed ();
+          /* Not counted in busy_waiters: room is made by write-back
+           * completions, which always broadcast, and counting these
+           * waiters would make every small write wake them all.
+           */
+          pthread_cond_wait (&co.changed, &co.lock);
           now (&t1);
           co.backpressure_ns += ns_between (&t0, &t1);
           continue;
