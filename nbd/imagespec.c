@@ -9,26 +9,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "imagespec.h"
-
-static int
-set_error (char **err, const char *fmt, ...)
-{
-  va_list ap;
-
-  free (*err);
-  *err = NULL;
-  va_start (ap, fmt);
-  if (vasprintf (err, fmt, ap) == -1)
-    *err = NULL;
-  va_end (ap);
-  return -1;
-}
+#include "set-error.h"
 
 int
 parse_qemu_size (const char *text, uint64_t *out)

@@ -11,12 +11,12 @@
 #include <config.h>
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "imagespec.h"
+#include "set-error.h"
 
 struct parser
 {
@@ -25,20 +25,6 @@ struct parser
   struct flat_opts *out;
   char *err;
 };
-
-static int
-set_error (char **err, const char *fmt, ...)
-{
-  va_list ap;
-
-  free (*err);
-  *err = NULL;
-  va_start (ap, fmt);
-  if (vasprintf (err, fmt, ap) == -1)
-    *err = NULL;
-  va_end (ap);
-  return -1;
-}
 
 static int
 json_error (struct parser *ps, const char *what)

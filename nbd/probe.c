@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +17,7 @@
 #endif
 
 #include "probe.h"
-
-static int
-set_error (char **err, const char *fmt, ...)
-{
-  va_list ap;
-
-  free (*err);
-  *err = NULL;
-  va_start (ap, fmt);
-  if (vasprintf (err, fmt, ap) == -1)
-    *err = NULL;
-  va_end (ap);
-  return -1;
-}
+#include "set-error.h"
 
 static uint32_t
 be32 (const unsigned char *p)
