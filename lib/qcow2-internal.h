@@ -332,6 +332,11 @@ extern void qcow2_l1_mark_dirty (struct qcow2_image *img, uint64_t l1_idx);
 extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
 extern void qcow2_commit_free (struct qcow2_image *img);
 
+/* Before a write or zero (write.c): writable, and inside the disk? */
+extern int qcow2_check_change (struct qcow2_image *img, uint64_t count,
+                               uint64_t offset, const char *what,
+                               struct qcow2_error *err);
+
 /* ---- writing (write.c), under the image's write lock ---- */
 /* Returned when every L2 cache slot a request could use is dirty: the
  * caller drops the lock, commits (qcow2_commit) and retries.

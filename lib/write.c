@@ -276,13 +276,13 @@ out:
   return r;
 }
 
+/* Whether a write or zero of [offset, offset + count) may go ahead:
+ * the image is writable and the range is inside the disk.
+ */
 int
-qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
-              uint64_t offset, struct qcow2_error *err)
+qcow2_check_change (struct qcow2_image *img, uint64_t count, uint64_t offset,
+                    const char *what, struct qcow2_error *err)
 {
-  const char *p = buf;
-  int r = 0;
-
   if (!img->writable)
     {
       qcow2_set_error (err, EROFS, "the image is open read-only");
@@ -290,9 +290,21 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
     }
   if (offset > img->size || count > img->size - offset)
     {
-      qcow2_set_error (err, EINVAL, "write beyond the end of the disk");
+      qcow2_set_error (err, EINVAL, "%s beyond the end of the disk", what);
       return -1;
     }
+  return 0;
+}
+
+int
+qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
+              uint64_t offset, struct qcow2_error *err)
+{
+  const char *p = buf;
+  int r = 0;
+
+  if (qcow2_check_change (img, count, offset, "write", err) == -1)
+    return -1;
   pthread_rwlock_wrlock (&img->lock);
   if (img->failed)
     r = failed_image (img, err);

@@ -160,16 +160,8 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
   unsigned i;
   int r = 0;
 
-  if (!img->writable)
-    {
-      qcow2_set_error (err, EROFS, "the image is open read-only");
-      return -1;
-    }
-  if (offset > img->size || count > img->size - offset)
-    {
-      qcow2_set_error (err, EINVAL, "zero beyond the end of the disk");
-      return -1;
-    }
+  if (qcow2_check_change (img, count, offset, "zero", err) == -1)
+    return -1;
   if (count == 0)
     return 0;
   find_edges (img, offset, end, edge, &first, &last);
