@@ -70,6 +70,14 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
                        cbits, rbits);
       return -1;
     }
+  if (o->extended_l2 && cbits < 14)
+    {
+      /* As qemu: 32 subclusters of at least 512 bytes. */
+      qcow2_set_error (err, EINVAL,
+                       "extended L2 entries need clusters of at least "
+                       "16 KiB");
+      return -1;
+    }
   if (io->pwritev == NULL)
     {
       qcow2_set_error (err, EROFS, "the file is not open for writing");
@@ -82,7 +90,7 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
       qcow2_set_error (err, EFBIG, "size %" PRIu64 " is too large", o->size);
       return -1;
     }
-  l1_entries = div_up (o->size, cs * (cs / 8));
+  l1_entries = div_up (o->size, cs * (cs / (o->extended_l2 ? 16 : 8)));
   if (l1_entries == 0)
     l1_entries = 1;
   if (l1_entries * 8 > MAX_L1_BYTES)
@@ -181,6 +189,8 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
   put_be64 (buf + 40, (1 + rt_clusters + blocks) * cs);
   put_be64 (buf + 48, cs);
   put_be32 (buf + 56, rt_clusters);
+  if (o->extended_l2)
+    put_be64 (buf + 72, INCOMPAT_EXTL2);
   put_be32 (buf + 96, order);
   put_be32 (buf + 100, V3_HEADER_BYTES);
   {

@@ -84,6 +84,7 @@ struct qcow2_create_options
   unsigned cluster_bits;  /* 9..21; 0: 16 (64 KiB) */
   unsigned refcount_bits; /* 1, 2, 4 ... 64; 0: 16 */
   bool linear;
+  bool extended_l2; /* 16-byte L2 entries; clusters of 16 KiB or more */
 };
 extern int qcow2_create (struct qcow2_hostio *io,
                          const struct qcow2_create_options *opts,
