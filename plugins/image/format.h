@@ -40,6 +40,12 @@ struct format_ops
   int (*config) (const char *key, const char *value);
   /* Optional: called from .config_complete for the chosen format. */
   int (*config_complete) (void);
+  /* Optional: create=true|force size=SIZE for this format (image.c
+   * makes a sparse raw file when NULL).  'force' replaces an existing
+   * image; without it an existing image of that size is used as it is.
+   * 0, or -1 after nbdkit_error.
+   */
+  int (*create) (const char *file, int64_t size, bool force);
 
   /* Open the image; on error call nbdkit_error and return NULL. */
   void *(*open) (const struct image_options *opts);

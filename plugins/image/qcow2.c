@@ -1,22 +1,32 @@
-/* nbdstack image plugin: qcow2 glue over lib/ (read-only for now).
+/* nbdstack image plugin: qcow2 glue over lib/.
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * The format itself lives in lib/ (no nbdkit dependency).  This file
- * parses the qcow2 parameters, opens the image with its backing chain
- * and external data file under the containment rules, and maps lib
- * errors to nbdkit errors.
+ * parses the qcow2 parameters, creates images (create=true), opens the
+ * image with its backing chain and external data file under the
+ * containment rules, serves reads and writes, and maps lib errors to
+ * nbdkit errors.  Only the top image is ever written; backing and data
+ * files are opened read-only.
  */
 #include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef HAVE_LINUX_FS_H
+#include <linux/fs.h>
+#endif
+
+#include "align.h"
 #include "cleanup.h"
 #include "format.h"
 #include "parse-enum-param.h"
@@ -35,6 +45,11 @@ static enum backing_mode backing_mode = BACKING_REFUSE;
 static char *backing_dir; /* NULL = the image's directory */
 static unsigned backing_max_depth = 16;
 static char *snapshot;
+/* create=true only. */
+static unsigned create_cluster_bits = 16;
+static bool create_extended_l2;
+static bool create_params_given; /* one of them was set */
+static bool created;             /* qcow2_glue_create ran */
 
 static const struct enum_param_word backing_words[] = {
   { "refuse", BACKING_REFUSE },
@@ -58,6 +73,17 @@ struct q2
   struct layer *layers; /* [0] is the top image */
   unsigned nlayers;
   char *root; /* real path of the allowed dir */
+  bool writable; /* the top image is open for writing */
+};
+
+enum preallocation
+{
+  PREALLOC_OFF,
+  PREALLOC_METADATA
+};
+static const struct enum_param_word prealloc_words[] = {
+  { "off", PREALLOC_OFF },
+  { "metadata", PREALLOC_METADATA },
 };
 
 static int
@@ -101,6 +127,46 @@ qcow2_config (const char *key, const char *value)
         }
       return 1;
     }
+  if (strcmp (key, "cluster-size") == 0)
+    {
+      int64_t cs = nbdkit_parse_size (value);
+      unsigned bits = 0;
+      if (cs == -1)
+        return -1;
+      while (bits < 63 && (INT64_C (1) << bits) < cs)
+        bits++;
+      if (cs < 512 || cs > 2 * 1024 * 1024 || (INT64_C (1) << bits) != cs)
+        {
+          nbdkit_error ("cluster-size must be a power of 2 from 512 to 2M, "
+                        "not %s",
+                        value);
+          return -1;
+        }
+      create_cluster_bits = bits;
+      create_params_given = true;
+      return 1;
+    }
+  if (strcmp (key, "extended-l2") == 0)
+    {
+      if (parse_bool_param (key, value, &create_extended_l2) == -1)
+        return -1;
+      create_params_given = true;
+      return 1;
+    }
+  if (strcmp (key, "preallocation") == 0)
+    {
+      int r;
+      if (parse_enum_param (key, value, prealloc_words, &r) == -1)
+        return -1;
+      if (r == PREALLOC_METADATA)
+        {
+          nbdkit_error ("preallocation=metadata is not supported yet "
+                        "(only preallocation=off)");
+          return -1;
+        }
+      create_params_given = true;
+      return 1;
+    }
   if (strcmp (key, "snapshot") == 0)
     {
       free (snapshot);
@@ -129,6 +195,17 @@ qcow2_glue_close (void *state)
 {
   struct q2 *q = state;
   unsigned i;
+
+  /* A writable top image commits what is cached and flushes: say so
+   * when that fails, the last writes may be lost.
+   */
+  if (q->nlayers > 0 && q->layers[0].img && q->writable)
+    {
+      struct qcow2_error err = { 0 };
+      if (qcow2_close_err (q->layers[0].img, &err) == -1)
+        nbdkit_error ("%s: closing the image: %s", q->layers[0].path, err.msg);
+      q->layers[0].img = NULL;
+    }
 
   /* Close from the top: an image points at the layer below it. */
   for (i = 0; i < q->nlayers; ++i)
@@ -183,22 +260,267 @@ resolve_contained (struct q2 *q, const char *referrer, const char *name,
   return real;
 }
 
-/* lib/ can write qcow2, but the plugin serves it only once the whole
- * write path is done and tested (lib/WRITING.md): until then every file
- * is opened read-only.  When writes are served, only the top image is
- * opened for writing; backing and data files never are.
+/* cache=none: a hostio over an O_DIRECT descriptor.  The library
+ * writes and reads at any offset and length from any buffer (12-byte
+ * header updates, 512-byte L1 sectors, the bytes of a request inside a
+ * cluster), so every request that is not aligned goes through an
+ * aligned bounce buffer, and its partial sectors at either end are
+ * read, patched and written back under a lock chosen by sector number
+ * (as raw-io.c does): the library may write different bytes of one
+ * sector at once (a data write and an L2 table, with small clusters).
+ * Bytes past the end of the file read as zeroes in a patched sector:
+ * the write grows the file, to the end of that sector.  Flush, zero,
+ * size and holes are the plain descriptor's.
  */
-static const bool serve_writes = false;
+#define DIO_ALIGN 4096
+#define DIO_LOCKS 64
 
-static struct qcow2_hostio *
-open_file (const char *path, struct stat *st, bool writable)
+struct dio
 {
-  int fd = open (path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  struct qcow2_hostio io; /* must be first */
+  struct qcow2_hostio *base;
+  int fd;
+  pthread_mutex_t locks[DIO_LOCKS];
+};
+
+/* Read [offset, offset+count) aligned; bytes past the end of the file
+ * are zero.  *got: how many bytes the file had.
+ */
+static int
+dio_read_raw (struct dio *d, char *buf, size_t count, uint64_t offset,
+              size_t *got)
+{
+  size_t done = 0;
+
+  while (done < count)
+    {
+      ssize_t r = pread (d->fd, buf + done, count - done, offset + done);
+      if (r == -1)
+        {
+          if (errno == EINTR)
+            continue;
+          return -errno;
+        }
+      if (r == 0)
+        break;
+      done += r;
+    }
+  memset (buf + done, 0, count - done);
+  *got = done;
+  return 0;
+}
+
+static int
+dio_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
+{
+  struct dio *d = (struct dio *)io;
+  uint64_t s = ROUND_DOWN (offset, DIO_ALIGN);
+  uint64_t e = ROUND_UP (offset + count, DIO_ALIGN);
+  size_t got;
+  void *b;
+  int r;
+
+  if (count == 0)
+    return 0;
+  if (posix_memalign (&b, DIO_ALIGN, e - s) != 0)
+    return -ENOMEM;
+  r = dio_read_raw (d, b, e - s, s, &got);
+  if (r == 0 && got < offset + count - s)
+    r = -EIO; /* callers never read past the end */
+  if (r == 0)
+    memcpy (buf, (char *)b + (offset - s), count);
+  free (b);
+  return r;
+}
+
+static int
+dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
+             uint64_t offset)
+{
+  struct dio *d = (struct dio *)io;
+  size_t count = 0, got, pos;
+  uint64_t s, e;
+  unsigned l1, l2;
+  bool head, tail;
+  char *b;
+  int i, r = 0;
+
+  for (i = 0; i < iovcnt; ++i)
+    count += iov[i].iov_len;
+  if (count == 0)
+    return 0;
+  s = ROUND_DOWN (offset, DIO_ALIGN);
+  e = ROUND_UP (offset + count, DIO_ALIGN);
+  head = s != offset;
+  tail = e != offset + count;
+  if (posix_memalign ((void **)&b, DIO_ALIGN, e - s) != 0)
+    return -ENOMEM;
+  l1 = (s / DIO_ALIGN) % DIO_LOCKS;
+  l2 = ((e - DIO_ALIGN) / DIO_ALIGN) % DIO_LOCKS;
+  if (head || tail)
+    {
+      /* Lowest lock first: two writers never wait on each other. */
+      unsigned a = head ? l1 : l2, z = tail ? l2 : l1;
+      if (a > z)
+        {
+          unsigned t = a;
+          a = z;
+          z = t;
+        }
+      pthread_mutex_lock (&d->locks[a]);
+      if (z != a)
+        pthread_mutex_lock (&d->locks[z]);
+      if (head)
+        r = dio_read_raw (d, b, DIO_ALIGN, s, &got);
+      if (r == 0 && tail && (!head || e - s > DIO_ALIGN))
+        r = dio_read_raw (d, b + (e - s) - DIO_ALIGN, DIO_ALIGN,
+                          e - DIO_ALIGN, &got);
+    }
+  if (r == 0)
+    {
+      pos = offset - s;
+      for (i = 0; i < iovcnt; ++i)
+        {
+          memcpy (b + pos, iov[i].iov_base, iov[i].iov_len);
+          pos += iov[i].iov_len;
+        }
+      pos = 0;
+      while (pos < e - s)
+        {
+          ssize_t n = pwrite (d->fd, b + pos, e - s - pos, s + pos);
+          if (n == -1)
+            {
+              if (errno == EINTR)
+                continue;
+              r = -errno;
+              break;
+            }
+          if (n == 0)
+            {
+              r = -ENOSPC;
+              break;
+            }
+          pos += n;
+        }
+    }
+  if (head || tail)
+    {
+      unsigned a = head ? l1 : l2, z = tail ? l2 : l1;
+      pthread_mutex_unlock (&d->locks[a]);
+      if (z != a)
+        pthread_mutex_unlock (&d->locks[z]);
+    }
+  free (b);
+  return r;
+}
+
+static int64_t
+dio_get_size (struct qcow2_hostio *io)
+{
+  struct dio *d = (struct dio *)io;
+  return d->base->get_size (d->base);
+}
+
+static int
+dio_block_status (struct qcow2_hostio *io, uint64_t offset, uint64_t max,
+                  uint64_t *len, bool *hole)
+{
+  struct dio *d = (struct dio *)io;
+  return d->base->block_status (d->base, offset, max, len, hole);
+}
+
+static int
+dio_flush (struct qcow2_hostio *io)
+{
+  struct dio *d = (struct dio *)io;
+  return d->base->flush (d->base);
+}
+
+/* fallocate needs no alignment on an O_DIRECT descriptor. */
+static int
+dio_zero (struct qcow2_hostio *io, uint64_t offset, uint64_t len, bool punch)
+{
+  struct dio *d = (struct dio *)io;
+  return d->base->zero (d->base, offset, len, punch);
+}
+
+static void
+dio_close (struct qcow2_hostio *io)
+{
+  struct dio *d = (struct dio *)io;
+  unsigned i;
+
+  qcow2_hostio_close (d->base);
+  for (i = 0; i < DIO_LOCKS; ++i)
+    pthread_mutex_destroy (&d->locks[i]);
+  free (d);
+}
+
+/* Takes over fd (closed on failure too). */
+static struct qcow2_hostio *
+hostio_direct (int fd)
+{
+  struct dio *d = calloc (1, sizeof *d);
+  unsigned i;
+
+  if (d == NULL || (d->base = qcow2_hostio_fd (fd)) == NULL)
+    {
+      free (d);
+      close (fd);
+      return NULL;
+    }
+  d->fd = fd;
+  for (i = 0; i < DIO_LOCKS; ++i)
+    pthread_mutex_init (&d->locks[i], NULL);
+  d->io.pread = dio_pread;
+  d->io.get_size = dio_get_size;
+  d->io.close = dio_close;
+  d->io.block_status = dio_block_status;
+  if (d->base->pwritev)
+    {
+      d->io.pwritev = dio_pwritev;
+      d->io.flush = dio_flush;
+      d->io.zero = dio_zero;
+    }
+  d->io.fixed_size = d->base->fixed_size;
+  return &d->io;
+}
+
+static enum image_cache_mode cache_mode;
+
+/* Open 'path'.  '*writable' asks for a writable descriptor; a file we
+ * may only read is then opened read-only (as raw does: the export is
+ * read-only, not refused) and *writable cleared.
+ */
+static struct qcow2_hostio *
+open_file (const char *path, struct stat *st, bool *writable)
+{
+  int dflag = cache_mode == CACHE_NONE ? O_DIRECT : 0;
+  int fd = -1;
   struct qcow2_hostio *io;
 
+  if (*writable)
+    {
+      fd = open (path, O_RDWR | O_CLOEXEC | dflag);
+      if (fd == -1 && (errno == EACCES || errno == EROFS || errno == EPERM))
+        {
+          nbdkit_debug ("%s: not writable (%m), serving read-only", path);
+          *writable = false;
+        }
+      else if (fd == -1)
+        goto open_error;
+    }
+  if (fd == -1)
+    fd = open (path, O_RDONLY | O_CLOEXEC | dflag);
   if (fd == -1)
     {
-      nbdkit_error ("%s: %m", path);
+    open_error:
+      if (errno == EINVAL && dflag)
+        nbdkit_error ("%s: cache=none: this filesystem does not support "
+                      "O_DIRECT (use cache=writeback)",
+                      path);
+      else
+        nbdkit_error ("%s: %m", path);
       return NULL;
     }
   if (fstat (fd, st) == -1)
@@ -207,12 +529,16 @@ open_file (const char *path, struct stat *st, bool writable)
       close (fd);
       return NULL;
     }
-  io = qcow2_hostio_fd (fd);
-  if (io == NULL)
+  if (dflag)
+    io = hostio_direct (fd);
+  else
     {
-      nbdkit_error ("out of memory");
-      close (fd);
+      io = qcow2_hostio_fd (fd);
+      if (io == NULL)
+        close (fd);
     }
+  if (io == NULL)
+    nbdkit_error ("out of memory");
   return io;
 }
 
@@ -237,7 +563,7 @@ sniff_qcow2 (struct qcow2_hostio *io, bool *is_qcow2)
  * a top layer can be 'writable'.
  */
 static int
-open_layer (struct q2 *q, const char *path, bool is_top, bool writable,
+open_layer (struct q2 *q, const char *path, bool is_top, bool *writable,
             const char *format)
 {
   struct layer *l = &q->layers[q->nlayers];
@@ -253,7 +579,7 @@ open_layer (struct q2 *q, const char *path, bool is_top, bool writable,
       return -1;
     }
   q->nlayers++;
-  l->io = open_file (path, &st, is_top && writable);
+  l->io = open_file (path, &st, writable);
   if (l->io == NULL)
     return -1;
   l->dev = st.st_dev;
@@ -294,11 +620,30 @@ open_layer (struct q2 *q, const char *path, bool is_top, bool writable,
       struct qcow2_open_options opts = {
         .l2_cache_size = l2_cache_size,
         .snapshot = is_top ? snapshot : NULL,
-        .writable = is_top && writable,
+        .writable = *writable,
       };
       struct qcow2_error err = { 0 };
 
       l->img = qcow2_open (l->io, &opts, &err);
+      if (l->img == NULL && *writable && err.errnum == ENOTSUP)
+        {
+          /* An external data file (the only ENOTSUP refusal): served
+           * read-only, as before writing was supported.
+           */
+          struct qcow2_error err2 = { 0 };
+          opts.writable = false;
+          l->img = qcow2_open (l->io, &opts, &err2);
+          if (l->img && qcow2_get_data_file (l->img))
+            {
+              nbdkit_error ("%s: served read-only: %s", path, err.msg);
+              *writable = false;
+            }
+          else if (l->img)
+            {
+              qcow2_close (l->img);
+              l->img = NULL;
+            }
+        }
       if (l->img == NULL)
         {
           nbdkit_error ("%s: %s", path, err.msg);
@@ -322,7 +667,10 @@ open_data_file (struct q2 *q, unsigned i)
   real = resolve_contained (q, l->path, name, "external data file");
   if (real == NULL)
     return -1;
-  l->data_io = open_file (real, &st, false);
+  {
+    bool no = false;
+    l->data_io = open_file (real, &st, &no);
+  }
   if (l->data_io == NULL)
     return -1;
   qcow2_set_data_file (l->img, l->data_io);
@@ -346,8 +694,19 @@ qcow2_glue_open (const struct image_options *opts)
       nbdkit_error ("calloc: %m");
       goto fail;
     }
-  if (open_layer (q, opts->file, true, serve_writes && !opts->readonly, "qcow2")
-      == -1)
+  if (create_params_given && !created)
+    {
+      nbdkit_error ("cluster-size, extended-l2 and preallocation are only "
+                    "used with create=true|force");
+      goto fail;
+    }
+  cache_mode = opts->cache;
+  /* Only the top image is opened for writing: not with readonly=true
+   * (or nbdkit -r: then readonly is set too, see image.c), nor to serve
+   * a snapshot.
+   */
+  q->writable = !opts->readonly && snapshot == NULL;
+  if (open_layer (q, opts->file, true, &q->writable, "qcow2") == -1)
     goto fail;
 
   /* Everything the image refers to must resolve inside this directory. */
@@ -405,7 +764,8 @@ qcow2_glue_open (const struct image_options *opts)
       real = resolve_contained (q, l->path, name, "backing file");
       if (real == NULL)
         goto fail;
-      if (open_layer (q, real, false, false, qcow2_get_backing_format (l->img))
+      bool no = false;
+      if (open_layer (q, real, false, &no, qcow2_get_backing_format (l->img))
           == -1)
         goto fail;
       l = &q->layers[i];
@@ -425,19 +785,14 @@ qcow2_glue_open (const struct image_options *opts)
         }
     }
 
-  /* Writing qcow2 comes later; say so instead of failing writes.  Not
-   * an error, but nbdkit_debug is silent without -v, and the operator
-   * who expected a writable export must see this line.
-   */
-  nbdkit_error ("%s: qcow2 images are served read-only "
-                "(qcow2 writing is not supported yet)",
-                opts->file);
   nbdkit_debug ("%s: qcow2 v%u, cluster size %u, %u L2 cache entries, "
-                "%u file(s) in the chain%s",
+                "%u file(s) in the chain%s%s%s",
                 opts->file, qcow2_get_version (q->layers[0].img),
                 qcow2_get_cluster_size (q->layers[0].img),
                 qcow2_get_l2_cache_entries (q->layers[0].img), q->nlayers,
-                qcow2_is_dirty (q->layers[0].img) ? ", dirty" : "");
+                qcow2_is_dirty (q->layers[0].img) ? ", dirty" : "",
+                q->writable ? ", writable" : ", read-only",
+                cache_mode == CACHE_NONE ? ", O_DIRECT" : "");
   return q;
 
 fail:
@@ -508,13 +863,268 @@ qcow2_glue_extents (void *state, uint32_t count, uint64_t offset,
   return 0;
 }
 
+static int
+qcow2_glue_can_write (void *state)
+{
+  struct q2 *q = state;
+  return q->writable;
+}
+
+/* A flush of a read-only image is a no-op, so always offered. */
+static int
+qcow2_glue_can_flush (void *state)
+{
+  return 1;
+}
+
+/* Zero and trim go through the library, which handles any range. */
+static int
+qcow2_glue_can_zero (void *state)
+{
+  struct q2 *q = state;
+  return q->writable;
+}
+
+static int
+qcow2_glue_can_trim (void *state)
+{
+  struct q2 *q = state;
+  return q->writable;
+}
+
+/* qcow2_zero with QCOW2_ZERO_FAST fails with ENOTSUP before changing
+ * anything when it would have to write data.
+ */
+static int
+qcow2_glue_can_fast_zero (void *state)
+{
+  struct q2 *q = state;
+  return q->writable;
+}
+
+/* FUA: the request, then an image-wide flush (group commit). */
+static int
+qcow2_glue_can_fua (void *state)
+{
+  struct q2 *q = state;
+  return q->writable ? NBDKIT_FUA_NATIVE : NBDKIT_FUA_NONE;
+}
+
+/* Any request works (the library does the read-modify-write of
+ * partial clusters); whole clusters avoid it.  The maximum is what
+ * nbdkit accepts in one request, as for raw.
+ */
+static int
+qcow2_glue_block_size (void *state, uint32_t *minimum, uint32_t *preferred,
+                       uint32_t *maximum)
+{
+  struct q2 *q = state;
+  uint32_t cs = qcow2_get_cluster_size (q->layers[0].img);
+
+  *minimum = 1;
+  *preferred = MAX (cs, 4096u);
+  *maximum = 64 * 1024 * 1024;
+  return 0;
+}
+
+static int
+flush_if_fua (struct q2 *q, uint32_t flags)
+{
+  struct qcow2_error err = { 0 };
+
+  if ((flags & NBDKIT_FLAG_FUA) && qcow2_flush (q->layers[0].img, &err) == -1)
+    return report (q, &err);
+  return 0;
+}
+
+static int
+qcow2_glue_pwrite (void *state, const void *buf, uint32_t count,
+                   uint64_t offset, uint32_t flags)
+{
+  struct q2 *q = state;
+  struct qcow2_error err = { 0 };
+
+  if (qcow2_pwrite (q->layers[0].img, buf, count, offset, &err) == -1)
+    return report (q, &err);
+  return flush_if_fua (q, flags);
+}
+
+static int
+qcow2_glue_flush (void *state, uint32_t flags)
+{
+  struct q2 *q = state;
+  struct qcow2_error err = { 0 };
+
+  if (qcow2_flush (q->layers[0].img, &err) == -1)
+    return report (q, &err);
+  return 0;
+}
+
+static int
+qcow2_glue_zero (void *state, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  struct q2 *q = state;
+  struct qcow2_error err = { 0 };
+  unsigned zflags = 0;
+
+  if (flags & NBDKIT_FLAG_MAY_TRIM)
+    zflags |= QCOW2_ZERO_MAY_UNMAP;
+  if (flags & NBDKIT_FLAG_FAST_ZERO)
+    zflags |= QCOW2_ZERO_FAST;
+  if (qcow2_zero (q->layers[0].img, count, offset, zflags, &err) == -1)
+    {
+      if (err.errnum == ENOTSUP && (flags & NBDKIT_FLAG_FAST_ZERO))
+        {
+          /* The expected answer to FAST_ZERO, not worth a log line. */
+          nbdkit_set_error (ENOTSUP);
+          return -1;
+        }
+      return report (q, &err);
+    }
+  return flush_if_fua (q, flags);
+}
+
+static int
+qcow2_glue_trim (void *state, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  struct q2 *q = state;
+  struct qcow2_error err = { 0 };
+
+  if (qcow2_discard (q->layers[0].img, count, offset, &err) == -1)
+    return report (q, &err);
+  return flush_if_fua (q, flags);
+}
+
+/* create=true|force format=qcow2: an empty v3 image, laid out for the
+ * linear allocation on a regular file, compact on a block device.
+ * create=true keeps an existing qcow2 image of that size (as raw keeps
+ * a file of that size), refuses anything else; create=force replaces
+ * it (a regular file is truncated first).
+ */
+static int
+qcow2_glue_create (const char *file, int64_t size, bool force)
+{
+  const char *how = force ? "force" : "true";
+  struct qcow2_create_options o = {
+    .size = size,
+    .cluster_bits = create_cluster_bits,
+    .refcount_bits = 16,
+    .extended_l2 = create_extended_l2,
+  };
+  struct qcow2_error err = { 0 };
+  struct qcow2_hostio *io;
+  struct stat st;
+  bool made = false;
+  int fd, r;
+
+  created = true;
+  if (stat (file, &st) == 0)
+    {
+      if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode))
+        {
+          nbdkit_error ("%s: create=%s: exists and is not a regular file or "
+                        "block device",
+                        file, how);
+          return -1;
+        }
+      if (!force)
+        {
+          /* Is it already the image asked for? */
+          bool same = false, is_qcow2 = false;
+          fd = open (file, O_RDONLY | O_CLOEXEC);
+          io = fd >= 0 ? qcow2_hostio_fd (fd) : NULL;
+          if (io == NULL && fd >= 0)
+            close (fd);
+          if (io && sniff_qcow2 (io, &is_qcow2) == 0 && is_qcow2)
+            {
+              struct qcow2_open_options ro = { 0 };
+              struct qcow2_image *img = qcow2_open (io, &ro, &err);
+              same = img && qcow2_get_size (img) == (uint64_t)size;
+              qcow2_close (img);
+            }
+          qcow2_hostio_close (io);
+          if (same)
+            return 0;
+          if (S_ISREG (st.st_mode) || is_qcow2)
+            {
+              nbdkit_error ("%s: already exists and is not a qcow2 image of "
+                            "size %" PRIi64 " (use create=force to replace it)",
+                            file, size);
+              return -1;
+            }
+          /* A block device without a qcow2 header: create on it. */
+        }
+    }
+  else if (errno != ENOENT)
+    {
+      nbdkit_error ("%s: %m", file);
+      return -1;
+    }
+
+  fd = open (file, O_RDWR | O_CREAT | O_CLOEXEC | (force ? 0 : O_EXCL), 0644);
+  if (fd == -1)
+    {
+      nbdkit_error ("%s: cannot create: %m", file);
+      return -1;
+    }
+  if (fstat (fd, &st) == -1)
+    {
+      nbdkit_error ("%s: fstat: %m", file);
+      close (fd);
+      return -1;
+    }
+  made = S_ISREG (st.st_mode) && !force;
+  if (S_ISREG (st.st_mode) && ftruncate (fd, 0) == -1)
+    {
+      nbdkit_error ("%s: truncate: %m", file);
+      close (fd);
+      return -1;
+    }
+  o.linear = S_ISREG (st.st_mode);
+  io = qcow2_hostio_fd (fd);
+  if (io == NULL)
+    {
+      nbdkit_error ("out of memory");
+      close (fd);
+      r = -1;
+    }
+  else
+    {
+      r = qcow2_create (io, &o, &err);
+      if (r == -1)
+        nbdkit_error ("%s: create=%s: %s", file, how, err.msg);
+      qcow2_hostio_close (io);
+    }
+  if (r == -1 && made)
+    unlink (file);
+  if (r == 0)
+    nbdkit_debug ("%s: created qcow2 v3, size %" PRIi64 ", cluster size %u%s, "
+                  "%s layout",
+                  file, size, 1u << create_cluster_bits,
+                  create_extended_l2 ? ", extended L2" : "",
+                  o.linear ? "linear" : "compact");
+  return r;
+}
+
 const struct format_ops qcow2_format = {
   .name = "qcow2",
   .config = qcow2_config,
   .open = qcow2_glue_open,
   .close = qcow2_glue_close,
   .get_size = qcow2_glue_get_size,
+  .create = qcow2_glue_create,
+  .can_write = qcow2_glue_can_write,
+  .can_flush = qcow2_glue_can_flush,
+  .can_trim = qcow2_glue_can_trim,
+  .can_zero = qcow2_glue_can_zero,
+  .can_fast_zero = qcow2_glue_can_fast_zero,
+  .can_fua = qcow2_glue_can_fua,
   .can_extents = qcow2_glue_can_extents,
+  .block_size = qcow2_glue_block_size,
   .pread = qcow2_glue_pread,
+  .pwrite = qcow2_glue_pwrite,
+  .flush = qcow2_glue_flush,
+  .trim = qcow2_glue_trim,
+  .zero = qcow2_glue_zero,
   .extents = qcow2_glue_extents,
 };
