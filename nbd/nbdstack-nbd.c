@@ -263,8 +263,7 @@ usage (void)
 "                            raw (offset, size), qcow2 (\"backing\": null),\n"
 "                            file, host_device\n"
 "  --image-opts              FILE is driver=...,file.filename=... instead\n"
-"  -f, --format=FORMAT       raw or qcow2 (default: probed; qcow2 is\n"
-"                            read-only for now, give -r)\n"
+"  -f, --format=FORMAT       raw or qcow2 (default: probed)\n"
 "  -r, --read-only           export read-only\n"
 "  -o, --offset=OFFSET       offset into the image\n"
 "  -l, --load-snapshot=SNAPSHOT_PARAM\n"
@@ -1280,10 +1279,6 @@ main (int argc, char *argv[])
           "as qemu-nbd does)",
           spec.path);
   plan.readonly = cmd.readonly || spec.read_only;
-  if (plan.info.format == FORMAT_QCOW2 && !plan.readonly)
-    die ("'%s': qcow2 writing is not supported yet: add -r (--read-only) "
-         "to serve it read-only",
-         spec.path);
   if (cmd.snapshot && plan.info.format != FORMAT_QCOW2)
     die ("Failed to load snapshot: '%s' is raw: only qcow2 images have "
          "internal snapshots",

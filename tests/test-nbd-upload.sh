@@ -8,11 +8,9 @@
 # the server with SIGTERM.  Each target must be identical to the source
 # and the server must exit 0.
 #
-# qcow2 targets: the same pipeline runs against qemu-nbd, and must give
-# an identical, clean image (qemu-img check).  nbdstack-nbd cannot
-# write qcow2 yet and must refuse imageio's qcow2 upload command line
-# with one line saying so; once qcow2 writing lands and nbdstack-nbd
-# accepts it, the same upload and checks run against it here.
+# qcow2 targets: the same pipeline runs against qemu-nbd and against
+# nbdstack-nbd, and must give an identical, clean image (qemu-img check)
+# through both.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 . "$srcdir/nbd-functions.sh"
@@ -83,16 +81,6 @@ for client in convert nbdcopy; do
   upload qemu qcow2 $client "$dst"
   dst=$T/ours-$client.qcow2
   "$QEMU_IMG" create -q -f qcow2 "$dst" $size
-  mapfile -t args < <(imageio_args qcow2 "$dst" "$T/q.sock")
-  rc=0
-  out=$(timeout -k 2 3 "$NBDSTACK_NBD" "${args[@]}" 2>&1 </dev/null) || rc=$?
-  if [ $rc = 1 ] && grep -q 'qcow2 writing is not supported yet' <<<"$out"; then
-    [ "$(grep -vc -- '--allocation-depth' <<<"$out")" = 1 ] ||
-      fail "qcow2 refusal: expected one line (besides the --allocation-depth warning): $out"
-    echo "qcow2 upload with $client: qemu-nbd clean and identical; nbdstack-nbd refuses it (qcow2 writing not yet supported)"
-  else
-    [ $rc = 124 ] || [ $rc = 0 ] || fail "qcow2: nbdstack-nbd exited $rc: $out"
-    upload ours qcow2 $client "$dst"
-    echo "qcow2 upload with $client: identical and clean through both"
-  fi
+  upload ours qcow2 $client "$dst"
+  echo "qcow2 upload with $client: identical and clean through both"
 done
