@@ -2,6 +2,4 @@
 # smallwrites is the queue-depth-1 libnbd client both scripts use.
 noinst_PROGRAMS += smallwrites
 smallwrites_SOURCES = smallwrites.c
-smallwrites_CFLAGS = $(BENCH_COMMON_FLAGS)
-smallwrites_LDADD = $(BENCH_COMMON_LIBS)
 EXTRA_DIST += smallwrite.sh coalesce-qcow2.sh

@@ -3,6 +3,6 @@
 # script compiles it on the fly when it is not built.
 noinst_PROGRAMS += make-sample
 make_sample_SOURCES = make-sample.c
-make_sample_CFLAGS = $(BENCH_COMMON_FLAGS)
-make_sample_LDADD = $(BENCH_COMMON_LIBS) -lm
+# Also needs libm.
+make_sample_LDADD = $(LDADD) -lm
 EXTRA_DIST += upload.sh make-sample.sh server-lib.sh README.md

@@ -3,5 +3,4 @@
 #   bench/zero-upload.sh           upload with zero runs, vs qemu-nbd
 noinst_PROGRAMS += is-zero-speed
 is_zero_speed_SOURCES = is-zero-speed.c
-is_zero_speed_CFLAGS = $(WARNINGS_CFLAGS) -I$(top_srcdir)/common
 EXTRA_DIST += zero-upload.sh

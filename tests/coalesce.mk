@@ -16,9 +16,6 @@ EXTRA_DIST += $(COALESCE_TESTS)
 # The concurrency and durability stress client (see stress.c).
 check_PROGRAMS += stress
 stress_SOURCES = stress.c
-stress_CFLAGS = $(TESTS_CFLAGS_COMMON)
-stress_LDADD = $(TESTS_LDADD_COMMON)
-stress_LDFLAGS = $(TESTS_LDFLAGS_COMMON)
 
 # The coalesce filter's enum and boolean parameters (common/
 # parse-enum-param.h messages).
@@ -32,7 +29,6 @@ test_coalesce_intervals_SOURCES = \
 	test-coalesce-intervals.c \
 	../filters/coalesce/intervals.c \
 	../filters/coalesce/intervals.h
+# Needs the filter's own headers too.
 test_coalesce_intervals_CPPFLAGS = \
-	-I$(top_srcdir)/common -I$(top_srcdir)/filters/coalesce
-test_coalesce_intervals_CFLAGS = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS)
-test_coalesce_intervals_LDFLAGS = $(SANITIZER_CFLAGS)
+	$(AM_CPPFLAGS) -I$(top_srcdir)/filters/coalesce

@@ -12,43 +12,14 @@ COMMON_TESTS = \
 TESTS += $(COMMON_TESTS)
 check_PROGRAMS += $(COMMON_TESTS)
 
-UNIT_CFLAGS_COMMON = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS) \
-	-I$(top_srcdir)/common
-UNIT_LDFLAGS_COMMON = $(SANITIZER_CFLAGS)
-
 test_common_align_SOURCES = test-common-align.c
-test_common_align_CFLAGS = $(UNIT_CFLAGS_COMMON)
-test_common_align_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
-
 test_common_array_size_SOURCES = test-common-array-size.c
-test_common_array_size_CFLAGS = $(UNIT_CFLAGS_COMMON)
-test_common_array_size_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
-
 test_common_cleanup_SOURCES = test-common-cleanup.c
-test_common_cleanup_CFLAGS = $(UNIT_CFLAGS_COMMON)
-test_common_cleanup_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
-test_common_cleanup_LDADD = $(top_builddir)/common/libcommon.la
-
 test_common_is_zero_SOURCES = test-common-is-zero.c
-test_common_is_zero_CFLAGS = $(UNIT_CFLAGS_COMMON)
-test_common_is_zero_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
-
 test_common_parse_enum_param_SOURCES = test-common-parse-enum-param.c
-test_common_parse_enum_param_CFLAGS = $(UNIT_CFLAGS_COMMON) $(NBDKIT_CFLAGS)
-test_common_parse_enum_param_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
-
 test_common_parse_size_param_SOURCES = test-common-parse-size-param.c
-test_common_parse_size_param_CFLAGS = $(UNIT_CFLAGS_COMMON) $(NBDKIT_CFLAGS)
-test_common_parse_size_param_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
-
 test_common_stat_counter_SOURCES = test-common-stat-counter.c
-test_common_stat_counter_CFLAGS = $(UNIT_CFLAGS_COMMON)
-test_common_stat_counter_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
-test_common_stat_counter_LDADD = -lpthread
-
 test_common_unique_name_SOURCES = test-common-unique-name.c
-test_common_unique_name_CFLAGS = $(UNIT_CFLAGS_COMMON)
-test_common_unique_name_LDFLAGS = $(UNIT_LDFLAGS_COMMON)
 
 # align.h refuses a constant alignment that is not a power of 2 at
 # compile time: each such use in test-common-align.c (ALIGN_BAD_CONSTANT)

@@ -19,6 +19,3 @@ EXTRA_DIST += $(IMAGE_TESTS)
 # Concurrent sub-sector writes (cache=none read-modify-write).
 check_PROGRAMS += test-image-rmw
 test_image_rmw_SOURCES = test-image-rmw.c
-test_image_rmw_CFLAGS = $(TESTS_CFLAGS_COMMON)
-test_image_rmw_LDADD = $(TESTS_LDADD_COMMON)
-test_image_rmw_LDFLAGS = $(TESTS_LDFLAGS_COMMON)

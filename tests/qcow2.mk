@@ -21,15 +21,11 @@ EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py test-qcow2-patch.py \
 # The library on its own, over in-memory host I/O.
 check_PROGRAMS += test-qcow2-unit
 test_qcow2_unit_SOURCES = test-qcow2-unit.c
-test_qcow2_unit_CPPFLAGS = -I$(top_srcdir)/lib
-test_qcow2_unit_CFLAGS = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS)
-test_qcow2_unit_LDADD = $(top_builddir)/lib/libqcow2.la -lpthread
-test_qcow2_unit_LDFLAGS = $(SANITIZER_CFLAGS)
+# Also links the library under test.
+test_qcow2_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)
 
 # The write side of the library, layer by layer (see lib/WRITING.md).
 check_PROGRAMS += test-qcow2-write-unit
 test_qcow2_write_unit_SOURCES = test-qcow2-write-unit.c
-test_qcow2_write_unit_CPPFLAGS = -I$(top_srcdir)/lib
-test_qcow2_write_unit_CFLAGS = $(WARNINGS_CFLAGS) $(SANITIZER_CFLAGS)
-test_qcow2_write_unit_LDADD = $(top_builddir)/lib/libqcow2.la -lpthread
-test_qcow2_write_unit_LDFLAGS = $(SANITIZER_CFLAGS)
+# Also links the library under test.
+test_qcow2_write_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)
