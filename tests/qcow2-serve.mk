@@ -1,2 +1,6 @@
 # Tests of the image plugin serving qcow2 images writable (issue 9, plugin
 # glue): TESTS += ..., EXTRA_DIST += ...
+QCOW2_SERVE_TESTS = \
+	test-qcow2-serve-randops.sh
+TESTS += $(QCOW2_SERVE_TESTS)
+EXTRA_DIST += $(QCOW2_SERVE_TESTS)
