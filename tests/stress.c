@@ -30,6 +30,14 @@
  *   connection and, after SIGTERM, in --image.  Failed requests leave
  *   their bytes undefined (--errors-ok allows them).
  *
+ * --before=CMD and --after=CMD (run by the shell, with the environment
+ * variable IMAGE set to --image) let the server serve something else
+ * than the raw --image: before each server start, once --image holds
+ * the fresh contents, CMD can build the served image from it (say a
+ * qcow2 made by qemu-img convert); after each kill (or SIGTERM), CMD
+ * must write the served image's guest contents back into --image and
+ * can check it (qemu-img check): a non-zero exit counts as a failure.
+ *
  * --log=FILE collects the server's output (appended).
  *
  * --errfile=PATH is created once the connections run and removed before
@@ -107,6 +115,7 @@ static uint64_t size = 4 << 20, split;
 static double secs = 1.0;
 static uint64_t seed;
 static const char *image, *errfile, *sock_path, *log_path;
+static const char *before_cmd, *after_cmd;
 static bool end_kill, all_acked, control, errors_ok;
 static char **server_argv;
 static unsigned w_write = 40, w_fua = 5, w_zero = 8, w_trim = 4, w_flush = 3,
@@ -505,6 +514,24 @@ read_file (const char *path)
   return data;
 }
 
+/* --before/--after: 0 when CMD exited 0. */
+static int
+run_hook (const char *what, const char *cmd)
+{
+  int st;
+
+  if (image)
+    setenv ("IMAGE", image, 1);
+  st = system (cmd);
+  if (st == -1 || !WIFEXITED (st) || WEXITSTATUS (st) != 0)
+    {
+      fprintf (stderr, "stress: %s command failed (status %d): %s\n", what,
+               st, cmd);
+      return -1;
+    }
+  return 0;
+}
+
 static void
 start_server (void)
 {
@@ -776,6 +803,8 @@ run_once (unsigned run)
   memset (undefined, 0, size);
   if (image)
     write_file (image, init_data, size);
+  if (before_cmd && run_hook ("--before", before_cmd) != 0)
+    exit (EXIT_FAILURE);
   start_server ();
   if (!image)
     fill_through_nbd ();
@@ -820,6 +849,8 @@ run_once (unsigned run)
                      conns[ci].error);
             failures++;
           }
+      if (after_cmd && run_hook ("--after", after_cmd) != 0)
+        failures++;
       uint8_t *disk = read_file (image);
       unsigned long lost = check_durability (disk);
       free (disk);
@@ -881,6 +912,8 @@ run_once (unsigned run)
       nbd_shutdown (h, 0);
       nbd_close (h);
       stop_server (SIGTERM);
+      if (after_cmd && run_hook ("--after", after_cmd) != 0)
+        failures++;
       if (image)
         {
           uint8_t *disk = read_file (image);
@@ -900,6 +933,7 @@ usage (void)
            "[--conns=N] [--depth=N] [--size=BYTES] [--split=BYTES] "
            "[--seed=N] [--image=FILE] [--errfile=FILE] [--errors-ok] "
            "[--all-acked] [--control] [--ops=W,FUA,ZERO,TRIM,FLUSH,READ] "
+           "[--before=CMD] [--after=CMD] "
            "--socket=PATH [--log=FILE] -- NBDKIT-ARGS...\n");
   exit (EXIT_FAILURE);
 }
@@ -924,6 +958,8 @@ main (int argc, char *argv[])
     { "ops", required_argument, NULL, 'O' },
     { "socket", required_argument, NULL, 'u' },
     { "log", required_argument, NULL, 'l' },
+    { "before", required_argument, NULL, 'B' },
+    { "after", required_argument, NULL, 'A' },
     { NULL },
   };
   unsigned long failures = 0;
@@ -988,6 +1024,12 @@ main (int argc, char *argv[])
         break;
       case 'l':
         log_path = optarg;
+        break;
+      case 'B':
+        before_cmd = optarg;
+        break;
+      case 'A':
+        after_cmd = optarg;
         break;
       default:
         usage ();
