@@ -1,6 +1,7 @@
 # Tests of the image plugin serving qcow2 images writable (issue 9, plugin
 # glue): TESTS += ..., EXTRA_DIST += ...
 QCOW2_SERVE_TESTS = \
-	test-qcow2-serve-randops.sh
+	test-qcow2-serve-randops.sh \
+	test-qcow2-serve-kill.sh
 TESTS += $(QCOW2_SERVE_TESTS)
 EXTRA_DIST += $(QCOW2_SERVE_TESTS)
