@@ -34,14 +34,16 @@ RUNS=${RUNS:-3}
 CO="$build/filters/coalesce/.libs/nbdkit-coalesce-filter.so"
 [ -f "$CO" ] || { echo "coalesce-qcow2: build $CO first" >&2; exit 1; }
 
+. "$here/../common/stop-server.sh"
+
 W=$(mktemp -d "${TMPDIR:-/var/tmp}/coalesce-qcow2.XXXXXX")
 cleanup ()
 {
-  local p
+  local p pids=()
   for p in "$W"/*.pid; do
-    [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null || true
+    [ -f "$p" ] && pids+=("$(cat "$p")")
   done
-  sleep 1
+  stop_pids "${pids[@]}" || true
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -78,13 +80,13 @@ serve ()
 
 stop ()
 {
-  local p i pid
+  local p pid
+  # In this order: nbdkit flushes into the qemu-nbd below it.
   for p in "$W"/n.pid "$W"/q.pid; do
     [ -f "$p" ] || continue
     pid=$(cat "$p")
-    kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 300; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     rm -f "$p"
+    stop_pids --timeout=30 "$pid" || true
   done
 }
 

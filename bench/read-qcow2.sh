@@ -35,10 +35,12 @@ BUILD=${BUILD:-$top/build}
 plugin=$BUILD/plugins/image/.libs/nbdkit-image-plugin.so
 [ -f "$plugin" ] || { echo "read-qcow2: no $plugin (set BUILD)" >&2; exit 1; }
 
+. "$top/common/stop-server.sh"
+
 T=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-read-qcow2.XXXXXX")
 cleanup ()
 {
-  [ -f "$T/srv.pid" ] && kill "$(cat "$T/srv.pid")" 2>/dev/null
+  stop_pids "$(cat "$T/srv.pid" 2>/dev/null)" || true
   rm -rf "$T"
 }
 trap cleanup EXIT
@@ -82,8 +84,7 @@ stop_srv ()
 {
   local pid
   pid=$(cat "$T/srv.pid")
-  kill "$pid"
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  stop_pids --timeout=20 "$pid" || true
   rm -f "$T/srv.pid" "$T/srv.sock"
 }
 

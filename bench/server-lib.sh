@@ -9,19 +9,19 @@ sock=$tmp/srv.sock
 pidfile=$tmp/srv.pid
 log=$tmp/srv.log
 
-# Stop the server (nbdkit or qemu-nbd) and wait for it: it flushes on
-# the way out, and a timed run must not overlap the next one.
+# stop_pids: the shared server-stop helper (SIGTERM, time limit, SIGKILL).
+. "$(dirname "${BASH_SOURCE[0]}")/../common/stop-server.sh"
+
+# Stop the server in $pidfile (nbdkit or qemu-nbd) and wait for it: it
+# flushes on the way out, and a timed run must not overlap the next one.
+# SIGKILL (said on stderr) if it is still there 20 s after SIGTERM.
+# Always returns 0.
 stop_server ()
 {
-  local pid i
+  local pid
   pid=$(cat "$pidfile" 2>/dev/null) || return 0
   rm -f "$pidfile"
-  kill "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 400; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.05
-  done
-  kill -9 "$pid" 2>/dev/null || true
+  stop_pids --timeout=20 "$pid" || :
 }
 
 _server_lib_cleanup ()

@@ -30,15 +30,15 @@ IMG="$build/plugins/image/.libs/nbdkit-image-plugin.so"
 [ -x "$SW" ] || { echo "build $SW first (make -C $build)" >&2; exit 1; }
 [ -f "$CO" ] && [ -f "$IMG" ] || { echo "build the filter and plugin first" >&2; exit 1; }
 
+. "$top/common/stop-server.sh"
+
 W=$(mktemp -d "${WORKDIR:-/var/tmp}/smallwrite.XXXXXX")
 pids=()
 loopdev=
 cleanup ()
 {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  stop_pids "${pids[@]}" || true
   [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null || true
-  sleep 1
   rm -rf "$W"
 }
 trap cleanup EXIT

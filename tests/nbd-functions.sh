@@ -78,11 +78,19 @@ wait_exit ()
 }
 
 # stop_fg NAME: SIGTERM to the process the pipeline started (what
-# imageio's Popen.terminate() does); sets $exit_status.
+# imageio's Popen.terminate() does); sets $exit_status, to "running" if
+# it was still there 20 s later (it is then killed: stop_pids).
 stop_fg ()
 {
-  kill -TERM "${_fg_pid[$1]}" 2>/dev/null || true
-  wait_exit "$1" 20
+  local pid=${_fg_pid[$1]}
+  if stop_pids --timeout=20 "$pid"; then
+    exit_status=0
+    wait "$pid" || exit_status=$?
+    rm -f "$T/$1.pid"
+  else
+    exit_status=running
+    wait "$pid" 2>/dev/null || :
+  fi
 }
 
 # The part of nbdinfo's view that must be equal, one "key=value" a line.

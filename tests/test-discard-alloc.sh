@@ -8,7 +8,6 @@
 require nbdsh
 require_filter_version
 DF=$(filter_so discard)
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 M=$((1024 * 1024))
 data_extents ()

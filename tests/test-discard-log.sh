@@ -10,7 +10,6 @@ require nbdsh
 require_filter_version
 DF=$(filter_so discard)
 # nbdkit takes about a second to exit: signal every server at once.
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 PY='
 import os

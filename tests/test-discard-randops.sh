@@ -7,7 +7,6 @@
 . ./functions.sh
 require_filter_version
 DF=$(filter_so discard)
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 [ -x "$RANDOPS" ] || fail "$RANDOPS is not built"
 
 SIZE=8M

@@ -11,7 +11,6 @@ require_filter_version
 ZD=$(filter_so zerodetect)
 DF=$(filter_so discard)
 CO=$(filter_so coalesce)
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 [ -x "$RANDOPS" ] || fail "$RANDOPS is not built"
 [ -f "$CO" ] || fail "$CO is not built"
 ZERO_RUNS=$(cat "$srcdir/test-zerodetect-zero-runs.py")

@@ -8,7 +8,6 @@
 . ./functions.sh
 require nbdsh
 [ -x "$RANDOPS" ] || fail "$RANDOPS not built"
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 PY='
 import os, errno

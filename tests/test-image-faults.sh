@@ -188,10 +188,6 @@ run dio2 "$img" -n 1000 -s 5 --allow-eio
 expect_eio_exact dio2
 
 # ---- Loop devices (the backing file keeps the device's contents).
-on_exit 'for p in "$T"/*.pid; do
-  [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null
-done
-sleep 0.5'
 # loopdev IMG: a loop device over a new IMG, in $dev.
 loopdev ()
 {

@@ -8,7 +8,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdcopy
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 q=$T/disk.qcow2
 "$QEMU_IMG" create -q -f qcow2 "$q" 4M

@@ -18,7 +18,7 @@ dd if=/dev/urandom of="$img" bs=1M count=4 seek=2 conv=notrunc status=none
 dev=$(losetup -f --show "$img") || fail "losetup failed"
 # Servers first, then the device (hooks run last-registered first).
 on_exit "losetup -d '$dev'"
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done; sleep 0.2'
+on_exit stop_all_servers
 
 start_nbdkit blk "$IMAGE_PLUGIN" file="$dev"
 nbdinfo "$(uri blk)" >"$T/info"

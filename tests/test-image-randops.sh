@@ -8,7 +8,6 @@
 . ./functions.sh
 [ -x "$RANDOPS" ] || fail "$RANDOPS not built"
 # nbdkit takes over a second to stop: signal every server at once.
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 # The file starts with data in the middle, so that zeroes, trims and
 # unaligned writes meet old contents and holes alike.

@@ -5,7 +5,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdsh
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 img=$T/disk.img
 head -c 4M /dev/urandom >"$img"

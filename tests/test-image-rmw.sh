@@ -8,7 +8,6 @@
 RMW="$abs_builddir/test-image-rmw"
 [ -x "$RMW" ] || fail "$RMW not built"
 # nbdkit takes over a second to stop: signal every server at once.
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 img=$T/odd.img
 size=$((2 * 1024 * 1024 + 12345))

@@ -135,7 +135,6 @@ stop_nbdkit co
 # backing file is a whole number of 4K pages, not of 64K: the loop driver
 # sizes a device in 512-byte units even with 4K sectors, leaving a last
 # partial sector that even the kernel cannot read or write.
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done; sleep 0.5'
 for sector in 512 4096; do
   img=$T/loop$sector.img
   mkimg "$img" $((16 * 1024 * 1024 + 12288))

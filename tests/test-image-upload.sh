@@ -7,7 +7,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdcopy
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 # Source: 48M virtual, data extents of varied sizes at unaligned-ish
 # places, a written run of zeroes, holes elsewhere, data in the last

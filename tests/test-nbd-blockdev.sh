@@ -22,7 +22,7 @@ for k in qemu ours; do
   # Servers first, then the devices (hooks run last-registered first).
   on_exit "losetup -d '${dev[$k]}'"
 done
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done; sleep 0.5'
+on_exit stop_all_servers
 
 seed=0
 for form in vdsm plain; do

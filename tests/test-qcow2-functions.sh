@@ -14,15 +14,7 @@ stop_async ()
 }
 _q2_wait_stopped ()
 {
-  local pid i
-  for pid in "${_q2_stopping[@]}"; do
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null
-  done
-  return 0
+  stop_pids --alive=_our_server "${_q2_stopping[@]}" || :
 }
 on_exit _q2_wait_stopped
 

@@ -10,7 +10,6 @@ require nbdsh
 require filefrag
 require_filter_version
 ZD=$(filter_so zerodetect)
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 # The data extents of a raw file as "start+length" lines (qemu-img map
 # asks the file system with SEEK_DATA/SEEK_HOLE).

@@ -11,7 +11,6 @@ require nbdsh
 require_filter_version
 ZD=$(filter_so zerodetect)
 # nbdkit takes about a second to exit: signal every server at once.
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 
 # Python helpers for the nbdsh scripts: buf(n, [i...]) is n zero bytes
 # with a 1 at each index i.

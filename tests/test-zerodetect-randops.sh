@@ -13,7 +13,6 @@
 require nbdsh
 require_filter_version
 ZD=$(filter_so zerodetect)
-on_exit 'for p in "$T"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done'
 [ -x "$RANDOPS" ] || fail "$RANDOPS is not built"
 
 SIZE=8M
