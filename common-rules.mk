@@ -9,6 +9,9 @@
 ## pod2man each is rendered into FOO.1, installed into man1dir and removed
 ## by make clean.  A Makefile.am adds more to EXTRA_DIST or CLEANFILES
 ## with += after the include.
+##
+## It also defines install-data-hook and uninstall-hook (below: no .la
+## in nbdkit's directories), so a Makefile.am that includes it must not.
 ## SPDX-License-Identifier: BSD-3-Clause
 
 EXTRA_DIST = $(POD_MAN1:=.pod)
@@ -24,3 +27,26 @@ SUFFIXES = .pod .1
 	$(AM_V_GEN)$(POD2MAN) --section=1 --center="nbdstack" \
 	  --release="nbdstack $(VERSION)" --name=$* \
 	  --utf8 $< >$@-t && mv $@-t $@
+
+## nbdkit loads only the .so from its plugindir and filterdir; like
+## nbdkit's own packaging, leave no libtool .la there.  libtool's
+## uninstall then has no .la to read, so remove the .so ourselves.
+install-data-hook:
+	@list='$(plugin_LTLIBRARIES)'; for la in $$list; do \
+	  echo " rm -f '$(DESTDIR)$(plugindir)/$$la'"; \
+	  rm -f "$(DESTDIR)$(plugindir)/$$la"; \
+	done; \
+	list='$(filter_LTLIBRARIES)'; for la in $$list; do \
+	  echo " rm -f '$(DESTDIR)$(filterdir)/$$la'"; \
+	  rm -f "$(DESTDIR)$(filterdir)/$$la"; \
+	done
+
+uninstall-hook:
+	@list='$(plugin_LTLIBRARIES)'; for la in $$list; do \
+	  so="$(DESTDIR)$(plugindir)/`basename $$la .la`.so"; \
+	  echo " rm -f '$$so'"; rm -f "$$so"; \
+	done; \
+	list='$(filter_LTLIBRARIES)'; for la in $$list; do \
+	  so="$(DESTDIR)$(filterdir)/`basename $$la .la`.so"; \
+	  echo " rm -f '$$so'"; rm -f "$$so"; \
+	done

@@ -1,0 +1,13 @@
+# Tests of the build itself: make install / make uninstall.
+BUILD_TESTS = test-build-install.sh
+TESTS += $(BUILD_TESTS)
+EXTRA_DIST += $(BUILD_TESTS)
+
+# Where make install puts things (expanded by make), for
+# test-build-install.sh; POD2MAN says whether there are man pages.
+AM_TESTS_ENVIRONMENT += \
+	install_plugindir='$(plugindir)'; export install_plugindir; \
+	install_filterdir='$(filterdir)'; export install_filterdir; \
+	install_bindir='$(bindir)'; export install_bindir; \
+	install_man1dir='$(mandir)/man1'; export install_man1dir; \
+	POD2MAN='$(POD2MAN)'; export POD2MAN;
