@@ -1014,12 +1014,13 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
   struct qcow2_error err = { 0 };
   struct qcow2_hostio *io;
   struct stat st;
-  bool made = false;
+  bool made = false, exists = false;
   int fd, r;
 
   created = true;
   if (stat (file, &st) == 0)
     {
+      exists = true;
       if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode))
         {
           nbdkit_error ("%s: create=%s: exists and is not a regular file or "
@@ -1061,7 +1062,8 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
       return -1;
     }
 
-  fd = open (file, O_RDWR | O_CREAT | O_CLOEXEC | (force ? 0 : O_EXCL), 0644);
+  /* O_EXCL: a file that appeared since the stat is not clobbered. */
+  fd = open (file, O_RDWR | O_CLOEXEC | (exists ? 0 : O_CREAT | O_EXCL), 0644);
   if (fd == -1)
     {
       nbdkit_error ("%s: cannot create: %m", file);
@@ -1073,7 +1075,7 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
       close (fd);
       return -1;
     }
-  made = S_ISREG (st.st_mode) && !force;
+  made = !exists;
   if (S_ISREG (st.st_mode) && ftruncate (fd, 0) == -1)
     {
       nbdkit_error ("%s: truncate: %m", file);
