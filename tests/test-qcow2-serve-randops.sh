@@ -16,6 +16,22 @@ require qemu-img
 cd "$T"
 n=0
 
+# start_nbdkit, but nbdkit stays in the foreground (in the background of
+# this shell), so that errors logged while serving reach $(logfile NAME):
+# a forked nbdkit loses its stderr.
+start_fg ()
+{
+  local name=$1 i; shift
+  rm -f "$T/$name.sock" "$T/$name.pid"
+  "$NBDKIT" -f --log=stderr -U "$T/$name.sock" -P "$T/$name.pid" "$@" \
+    2>>"$T/$name.log" &
+  for ((i = 0; i < 100; i++)); do
+    [ -s "$T/$name.pid" ] && [ -S "$T/$name.sock" ] && return 0
+    sleep 0.1
+  done
+  fail "nbdkit $name did not start: $(cat "$T/$name.log")"
+}
+
 # Some data to start from, so that writes meet old clusters and holes.
 seed_data ()
 {
@@ -31,14 +47,14 @@ case_ ()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do params+=("$1"); shift; done
   shift
   n=$((n + 1))
-  start_nbdkit "$name" "$IMAGE_PLUGIN" file="$T/$img" "${params[@]}"
+  start_fg "$name" "$IMAGE_PLUGIN" file="$T/$img" "${params[@]}"
   nbdsh -u "$(uri "$name")" -c 'assert not h.is_read_only()' ||
     fail "$name: the export is read-only"
   out=$("$RANDOPS" --seed=$n "$@" --dump="$T/$name.ref" "$(uri "$name")") ||
     fail "$name: randops found a difference: $out"
   echo "$name: $out"
   stop_nbdkit "$name"
-  grep -q "error" "$(logfile "$name")" &&
+  ! grep -q "error" "$(logfile "$name")" ||
     fail "$name: the server logged an error: $(cat "$(logfile "$name")")"
   "$QEMU_IMG" compare -q -f raw -F qcow2 "$name.ref" "$img" ||
     fail "$name: the image differs from randops' verified contents"
