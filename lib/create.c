@@ -46,6 +46,56 @@ write_zero_clusters (struct qcow2_hostio *io, uint64_t off, uint64_t len,
   return 0;
 }
 
+/* Metadata preallocation: the L2 tables (one per L1 entry, in the room
+ * reserved for them at meta_end), each guest cluster g mapped to its
+ * home data_start + g; the L1 table (just below meta_end) pointing at
+ * them; and the file extended to the end of the span.  'buf' is one
+ * cluster.
+ */
+static int
+preallocate (struct qcow2_hostio *io, const struct qcow2_create_options *o,
+             uint64_t cs, uint64_t meta_end, uint64_t l1_entries,
+             uint64_t l1_clusters, uint64_t data_start, uint64_t span,
+             unsigned char *buf)
+{
+  const unsigned esize = o->extended_l2 ? 16 : 8;
+  const uint64_t per_l2 = cs / esize;
+  const uint64_t l1_off = (meta_end - l1_clusters) * cs;
+  uint64_t t, j, g;
+  int r;
+
+  for (t = 0; t < l1_entries; ++t)
+    {
+      memset (buf, 0, cs);
+      for (j = 0; j < per_l2 && (g = t * per_l2 + j) < span; ++j)
+        {
+          put_be64 (buf + j * esize, ((data_start + g) * cs) | OFLAG_COPIED);
+          if (o->extended_l2) /* all 32 subclusters allocated */
+            put_be64 (buf + j * esize + 8, 0x00000000ffffffffULL);
+        }
+      r = qcow2_hostio_pwrite (io, buf, cs, (meta_end + t) * cs);
+      if (r < 0)
+        return r;
+    }
+  for (t = 0; t < l1_clusters * (cs / 8); ++t)
+    {
+      if (t % (cs / 8) == 0)
+        memset (buf, 0, cs);
+      if (t < l1_entries)
+        put_be64 (buf + (t % (cs / 8)) * 8,
+                  ((meta_end + t) * cs) | OFLAG_COPIED);
+      if ((t + 1) % (cs / 8) == 0)
+        {
+          r = qcow2_hostio_pwrite (io, buf, cs, l1_off + (t / (cs / 8)) * cs);
+          if (r < 0)
+            return r;
+        }
+    }
+  /* The last home inside the file (its last sector: zeroes anyway). */
+  memset (buf, 0, 512);
+  return qcow2_hostio_pwrite (io, buf, 512, (data_start + span) * cs - 512);
+}
+
 int
 qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
               struct qcow2_error *err)
@@ -76,6 +126,14 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
       qcow2_set_error (err, EINVAL,
                        "extended L2 entries need clusters of at least "
                        "16 KiB");
+      return -1;
+    }
+  if (o->preallocate && !o->linear)
+    {
+      /* The homes must read as zeroes: a new sparse file does. */
+      qcow2_set_error (err, EINVAL,
+                       "metadata preallocation needs the linear layout "
+                       "(a regular file)");
       return -1;
     }
   if (io->pwritev == NULL)
@@ -168,14 +226,22 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
   for (i = 0; i < blocks; ++i)
     {
       memset (buf, 0, cs);
-      for (c = i * per_block; c < (i + 1) * per_block && c < meta_end; ++c)
-        qcow2_rc_entry_set (buf, order, c - i * per_block, 1);
+      for (c = i * per_block; c < (i + 1) * per_block && c < total; ++c)
+        if (c < meta_end
+            || (o->preallocate
+                && (c < meta_end + l1_entries
+                    || (c >= data_start && c < data_start + span))))
+          qcow2_rc_entry_set (buf, order, c - i * per_block, 1);
       r = qcow2_hostio_pwrite (io, buf, cs, (1 + rt_clusters + i) * cs);
       if (r < 0)
         goto io_fail;
     }
-  r = write_zero_clusters (io, (1 + rt_clusters + blocks) * cs,
-                           l1_clusters * cs, zero, cs);
+  if (o->preallocate)
+    r = preallocate (io, o, cs, meta_end, l1_entries, l1_clusters, data_start,
+                     span, buf);
+  else
+    r = write_zero_clusters (io, (1 + rt_clusters + blocks) * cs,
+                             l1_clusters * cs, zero, cs);
   if (r < 0 || (r = io->flush (io)) < 0)
     goto io_fail;
 

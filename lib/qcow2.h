@@ -85,6 +85,11 @@ struct qcow2_create_options
   unsigned refcount_bits; /* 1, 2, 4 ... 64; 0: 16 */
   bool linear;
   bool extended_l2; /* 16-byte L2 entries; clusters of 16 KiB or more */
+  /* preallocation=metadata (linear only): every L2 table is written and
+   * every guest cluster mapped to its home, which the sparse file reads
+   * as zeroes, so that writes never change metadata.
+   */
+  bool preallocate;
 };
 extern int qcow2_create (struct qcow2_hostio *io,
                          const struct qcow2_create_options *opts,
