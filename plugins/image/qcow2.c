@@ -48,6 +48,7 @@ static char *snapshot;
 /* create=true only. */
 static unsigned create_cluster_bits = 16;
 static bool create_extended_l2;
+static bool create_preallocate;
 static bool create_params_given; /* one of them was set */
 static bool created;             /* qcow2_glue_create ran */
 
@@ -158,12 +159,7 @@ qcow2_config (const char *key, const char *value)
       int r;
       if (parse_enum_param (key, value, prealloc_words, &r) == -1)
         return -1;
-      if (r == PREALLOC_METADATA)
-        {
-          nbdkit_error ("preallocation=metadata is not supported yet "
-                        "(only preallocation=off)");
-          return -1;
-        }
+      create_preallocate = r == PREALLOC_METADATA;
       create_params_given = true;
       return 1;
     }
@@ -1010,6 +1006,7 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
     .cluster_bits = create_cluster_bits,
     .refcount_bits = 16,
     .extended_l2 = create_extended_l2,
+    .preallocate = create_preallocate,
   };
   struct qcow2_error err = { 0 };
   struct qcow2_hostio *io;
@@ -1100,10 +1097,11 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
   if (r == -1 && made)
     unlink (file);
   if (r == 0)
-    nbdkit_debug ("%s: created qcow2 v3, size %" PRIi64 ", cluster size %u%s, "
+    nbdkit_debug ("%s: created qcow2 v3, size %" PRIi64 ", cluster size %u%s%s, "
                   "%s layout",
                   file, size, 1u << create_cluster_bits,
                   create_extended_l2 ? ", extended L2" : "",
+                  create_preallocate ? ", metadata preallocated" : "",
                   o.linear ? "linear" : "compact");
   return r;
 }
