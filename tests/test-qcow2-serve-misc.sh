@@ -260,6 +260,33 @@ created c-512 "virtual-size=1048576 cluster-size=512 compat=1.1 extended-l2=fals
 created c-2m "virtual-size=104857600 cluster-size=2097152 compat=1.1 extended-l2=false refcount-bits=16" size=100M cluster-size=2M
 created c-ext "virtual-size=10485760 cluster-size=65536 compat=1.1 extended-l2=true refcount-bits=16" size=10M extended-l2=on
 created c-ext-off "virtual-size=10485760 cluster-size=16384 compat=1.1 extended-l2=false refcount-bits=16" size=10M extended-l2=off cluster-size=16k preallocation=off
+# preallocation=metadata: every guest cluster mapped, in guest order at
+# one offset, the file still sparse, and writes change no metadata.
+for g in "cluster-size=64k" "extended-l2=on" "cluster-size=512"; do
+  rm -f pre.qcow2
+  nbdkit -U - "$IMAGE_PLUGIN" file="$T/pre.qcow2" format=qcow2 create=true \
+    size=40M preallocation=metadata $g --run true
+  clean pre.qcow2 "preallocation $g"
+  c0=$("$QEMU_IMG" check -f qcow2 --output=json pre.qcow2 | /usr/bin/python3 -c '
+import json, sys; print(json.load(sys.stdin)["allocated-clusters"])')
+  nbdkit -U - "$IMAGE_PLUGIN" file="$T/pre.qcow2" --run \
+    'nbdsh -u "$uri" -c "h.pwrite(b\"p\" * 300000, 12345); h.zero(20 << 20, 4096, nbd.CMD_FLAG_NO_HOLE); h.flush(); assert h.pread(20 << 20, 4096) == bytes(20 << 20)"'
+  c1=$("$QEMU_IMG" check -f qcow2 --output=json pre.qcow2 | /usr/bin/python3 -c '
+import json, sys; print(json.load(sys.stdin)["allocated-clusters"])')
+  [ "$c0" = "$c1" ] || fail "preallocation $g: writes allocated ($c0 -> $c1 clusters)"
+  "$QEMU_IMG" map -f qcow2 --output=json pre.qcow2 | /usr/bin/python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+assert all("offset" in e for e in m), "an unmapped extent"
+d = {e["offset"] - e["start"] for e in m}
+assert len(d) == 1, "not linear: %s" % d
+assert m[-1]["start"] + m[-1]["length"] == 40 << 20' ||
+    fail "preallocation $g: not every cluster mapped linearly"
+  [ $(( $(stat -c %b pre.qcow2) * 512 )) -lt $((8 << 20)) ] ||
+    fail "preallocation $g: the file is not sparse"
+  clean pre.qcow2 "preallocation $g, written"
+  echo "ok: preallocation=metadata $g: all mapped, linear, sparse, writes in place"
+done
 refused () # PATTERN PARAMS...
 {
   local pattern=$1
@@ -269,7 +296,6 @@ refused () # PATTERN PARAMS...
 refused "cluster-size must be a power of 2 from 512 to 2M" file="$T/x.qcow2" format=qcow2 create=true size=1M cluster-size=1000
 refused "cluster-size must be a power of 2 from 512 to 2M" file="$T/x.qcow2" format=qcow2 create=true size=1M cluster-size=4M
 refused "extended L2 entries need clusters of at least 16 KiB" file="$T/x.qcow2" format=qcow2 create=true size=1M cluster-size=4k extended-l2=on
-refused "preallocation=metadata is not supported yet" file="$T/x.qcow2" format=qcow2 create=true size=1M preallocation=metadata
 refused "only used with create=true" file="$T/c-default.qcow2" cluster-size=4k
 refused "create=true needs size=SIZE" file="$T/x.qcow2" format=qcow2 create=true
 [ ! -e x.qcow2 ] || fail "a refused create left a file behind"
@@ -292,6 +318,8 @@ nbdkit -U - "$IMAGE_PLUGIN" file="$T/c-default.qcow2" format=qcow2 create=force 
 head -c 64M /dev/zero >dev.img
 loopdev=$(losetup -f --show dev.img) || skip "no loop device"
 start_nbdkit dev "$IMAGE_PLUGIN" file="$loopdev" format=qcow2 create=true size=48M
+refused "metadata preallocation needs the linear layout" file="$loopdev" \
+  format=qcow2 create=force size=48M preallocation=metadata
 "$RANDOPS" -c 4 --interleave --stripe=4096 -n 500 --seed=22 --dump=dev.ref "$(uri dev)" ||
   fail "device: randops found a difference"
 stop_nbdkit dev

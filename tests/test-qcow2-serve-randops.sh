@@ -104,9 +104,10 @@ case_ backing-raw-v2 ovraw.qcow2 backing=follow -- "${conc[@]}" "${ops[@]}"
 "$QEMU_IMG" create -q -f qcow2 -o cluster_size=512 l2small.qcow2 24M
 seed_data l2small.qcow2
 case_ l2small l2small.qcow2 l2-cache-size=1 -- "${conc[@]}" "${ops[@]}"
-# Created by us (linear layout), several geometries.
+# Created by us (linear layout), several geometries, one preallocated.
 for g in "lin64k" "lin512 cluster-size=512" "lin2m cluster-size=2M" \
-         "linext extended-l2=on cluster-size=32k"; do
+         "linext extended-l2=on cluster-size=32k" \
+         "linpre preallocation=metadata cluster-size=4k"; do
   set -- $g
   name=$1; shift
   case_ $name $name.qcow2 format=qcow2 create=true size=24M "$@" -- \
