@@ -56,8 +56,8 @@ struct qcow2_open_options
    * instead of the active layer; NULL for the active layer.
    */
   const char *snapshot;
-  /* Open for writing (the hostio must be writable).  Not yet for
-   * users: see lib/WRITING.md for what works.
+  /* Open for writing (the hostio must be writable): see
+   * lib/WRITING.md.
    */
   bool writable;
   /* Refcount blocks to cache when writable; 0 means the default. */
