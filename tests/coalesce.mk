@@ -9,7 +9,8 @@ COALESCE_TESTS = \
 	test-coalesce-overlap.sh \
 	test-coalesce-serialized.sh \
 	test-coalesce-kill.sh \
-	test-coalesce-flush-race.sh
+	test-coalesce-flush-race.sh \
+	test-coalesce-order.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# coalesce: bad enum and boolean parameter values are refused at startup
+# coalesce: bad enum, boolean and range parameter values are refused at startup
 # with the one-line message every component gives (common/
 # parse-enum-param.h), naming the parameter; good ones are accepted.
 # SPDX-License-Identifier: BSD-3-Clause
@@ -37,8 +37,12 @@ bad 'coalesce-mode=true: expected writeback or writethrough' \
 bad 'coalesce-hugepages=maybe: expected true or false' coalesce-hugepages=maybe
 bad 'coalesce-hugepages=: expected true or false' coalesce-hugepages=
 bad 'coalesce-hugepages=2: expected true or false' coalesce-hugepages=2
+bad 'coalesce-order-wait=1001: must be between 0 and 1000' \
+  coalesce-order-wait=1001
 
 good coalesce-mode=writeback
+good coalesce-order-wait=0
+good coalesce-order-wait=1000
 good coalesce-mode=writethrough
 for b in true false yes no on off 1 0 TRUE Off; do
   good coalesce-hugepages=$b

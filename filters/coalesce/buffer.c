@@ -252,8 +252,9 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
  * request fails, nothing changed below and the pieces are dirty again.
  */
 int
-buffer_direct (enum direct_op op, const void *buf, uint32_t count,
-               uint64_t offset, uint32_t flags, int *err)
+buffer_direct (struct order_stream *stream, bool large, enum direct_op op,
+               const void *buf, uint32_t count, uint64_t offset, uint32_t flags,
+               int *err)
 {
   const uint64_t a = offset, b = offset + count;
   nbdkit_next *below = co.below;
@@ -290,6 +291,7 @@ buffer_direct (enum direct_op op, const void *buf, uint32_t count,
     }
   co.direct_inflight++;
   pthread_mutex_unlock (&co.lock);
+  order_note (stream, a, b, large);
 
   switch (op)
     {

@@ -34,11 +34,12 @@
 
 #define HUGE_PAGE (2 * 1024 * 1024)
 
-/* qemu-img convert writes up to 2M at a time: in order, such writes go
- * down as they are (see coalesce_pwrite).  nbdcopy's 256K requests,
- * which arrive interleaved from several connections, stay buffered.
+/* qemu-img convert writes up to 2M at a time: such writes go down as
+ * they are, put in order by a short wait instead of a copy (order.c).
+ * nbdcopy's 256K requests, which arrive interleaved from several
+ * connections, stay buffered.
  */
-#define IN_ORDER_DIRECT_MIN (1024 * 1024)
+#define LARGE_WRITE_MIN (1024 * 1024)
 
 NBDKIT_DLL_PUBLIC int coalesce_debug_verbose = 0;
 
@@ -49,6 +50,7 @@ struct coalesce co = {
   .max_write_param = 4 * 1024 * 1024,
   .use_hugepages = -1,
   .threads = BG_THREADS_DEFAULT,
+  .order_wait_ms = 20,
   .below_lock = PTHREAD_MUTEX_INITIALIZER,
   .lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -120,6 +122,20 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
         }
       return 0;
     }
+  if (strcmp (key, "coalesce-order-wait") == 0)
+    {
+      if (nbdkit_parse_unsigned ("coalesce-order-wait", value,
+                                 &co.order_wait_ms)
+          == -1)
+        return -1;
+      if (co.order_wait_ms > 1000)
+        {
+          nbdkit_error ("coalesce-order-wait=%s: must be between 0 and 1000",
+                        value);
+          return -1;
+        }
+      return 0;
+    }
   if (strcmp (key, "coalesce-max-write") == 0)
     {
       int64_t r = nbdkit_parse_size (value);
@@ -145,6 +161,8 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
   "50).\n"                                                                     \
   "coalesce-max-write=SIZE      Largest merged write (default 4M).\n"          \
   "coalesce-threads=N           Background writers (default 8).\n"             \
+  "coalesce-order-wait=MS       Wait for the writes before a large one "       \
+  "(default 20).\n"                                                            \
   "coalesce-hugepages=BOOL      Use 2M pages (default: if size >= 32M)."
 
 /* True if transparent huge pages can be had with MADV_HUGEPAGE. */
@@ -283,11 +301,13 @@ coalesce_cleanup (nbdkit_backend *backend)
                 "average merged write %" PRIu64 " bytes, "
                 "direct writes %" PRIu64 ", flushes in %" PRIu64 " out %" PRIu64
                 ", zeroed while buffered %" PRIu64
-                " bytes, back-pressure wait %.3f s",
+                " bytes, back-pressure wait %.3f s, large writes that waited "
+                "for order %" PRIu64 " (gave up %" PRIu64 ")",
                 co.writes_in, co.bytes_in, co.writes_out, co.bytes_out,
                 co.writes_out ? co.bytes_out / co.writes_out : 0,
                 co.direct_writes, co.flushes_in, co.flushes_out,
-                co.zeroes_dropped_bytes, co.backpressure_ns / 1e9);
+                co.zeroes_dropped_bytes, co.backpressure_ns / 1e9,
+                co.order_waits, co.order_timeouts);
 
   if (co.below)
     {
@@ -308,6 +328,27 @@ coalesce_cleanup (nbdkit_backend *backend)
 /*---------------------------------------------------------------------
  * Feature negotiation.
  */
+
+/* The handle is the connection's write stream (see order.c). */
+static void *
+coalesce_open (nbdkit_next_open *next, nbdkit_context *nxdata, int readonly,
+               const char *exportname, int is_tls)
+{
+  struct order_stream *s;
+
+  if (next (nxdata, readonly, exportname) == -1)
+    return NULL;
+  s = order_stream_new ();
+  if (s == NULL)
+    nbdkit_error ("coalesce: %m");
+  return s;
+}
+
+static void
+coalesce_close (void *handle)
+{
+  order_stream_free (handle);
+}
 
 static int
 coalesce_can_write (nbdkit_next *next, void *handle)
@@ -400,12 +441,12 @@ fua_alone_suffices (void)
 }
 
 static int
-coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
-                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
+serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
+              uint64_t offset, uint32_t flags, int *err)
 {
   const bool fua = flags & NBDKIT_FLAG_FUA;
   uint64_t since_gen = SINCE_NOW;
-  bool in_order;
+  bool large;
 
   if (co.map == NULL)
     {
@@ -414,33 +455,54 @@ coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
     }
 
   if (fua && fua_alone_suffices ())
-    return buffer_direct (OP_WRITE, buf, count, offset, NBDKIT_FLAG_FUA, err);
+    {
+      return buffer_direct (handle, false, OP_WRITE, buf, count, offset,
+                            NBDKIT_FLAG_FUA, err);
+    }
 
   /* Some writes gain nothing from the buffer but would pay for a copy
    * and page faults: one already as large as a merged write, and a
-   * large one that continues where the previous write ended (a client
-   * copying in order: the plugin sees ascending writes anyway).  One
-   * that could not fit next to anything else must not wait for the
-   * whole buffer.  All go straight down (still ordered after older
-   * buffered data of the same range, see buffer_direct).
+   * large one (a client copying: order.c puts it in order without a
+   * copy) and the smaller tail right after it.  One that could not fit next to
+   * anything else must not wait for the whole buffer.  All go straight down
+   * (still ordered after older buffered data of the same range, see
+   * buffer_direct).
    */
-  in_order
-      = __atomic_exchange_n (&co.stream_end, offset + count, __ATOMIC_RELAXED)
-        == offset;
-  if (count >= co.max_write || (in_order && count >= IN_ORDER_DIRECT_MIN)
+  large = count >= LARGE_WRITE_MIN;
+  if (large && count < co.max_write)
+    order_wait (handle, offset, offset + count);
+  if (large || count >= co.max_write || order_follows_large (handle, offset)
       || iv_charge (&co.set, offset, offset + count) > co.buffer_limit / 2)
     {
-      if (buffer_direct (OP_WRITE, buf, count, offset, 0, err) == -1)
+      if (buffer_direct (handle, large, OP_WRITE, buf, count, offset, 0, err)
+          == -1)
         return -1;
     }
-  else if (buffer_write (buf, count, offset, &since_gen, err) == -1)
-    return -1;
+  else
+    {
+      order_note (handle, offset, offset + count, false);
+      if (buffer_write (buf, count, offset, &since_gen, err) == -1)
+        return -1;
+    }
 
   if (co.mode == MODE_WRITETHROUGH)
     return writeback_sync (fua, false, since_gen, err);
   if (fua)
     return writeback_sync (true, false, SINCE_NOW, err);
   return 0;
+}
+
+/* Counted: order.c needs to know what else the connection has in flight. */
+static int
+coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
+                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  int r;
+
+  order_enter (handle);
+  r = serve_pwrite (next, handle, buf, count, offset, flags, err);
+  order_leave (handle);
+  return r;
 }
 
 static int
@@ -456,8 +518,8 @@ coalesce_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 }
 
 static int
-coalesce_zero (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
-               uint32_t flags, int *err)
+serve_zero (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
+            uint32_t flags, int *err)
 {
   uint32_t f = flags & (NBDKIT_FLAG_MAY_TRIM | NBDKIT_FLAG_FAST_ZERO);
 
@@ -471,7 +533,30 @@ coalesce_zero (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
       *err = EOPNOTSUPP;
       return -1;
     }
-  if (buffer_direct (OP_ZERO, NULL, count, offset, f, err) == -1)
+  if (buffer_direct (handle, false, OP_ZERO, NULL, count, offset, f, err) == -1)
+    return -1;
+  if (flags & NBDKIT_FLAG_FUA)
+    return writeback_sync (true, false, SINCE_NOW, err);
+  return 0;
+}
+
+static int
+coalesce_zero (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
+               uint32_t flags, int *err)
+{
+  int r;
+
+  order_enter (handle);
+  r = serve_zero (next, handle, count, offset, flags, err);
+  order_leave (handle);
+  return r;
+}
+
+static int
+serve_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
+            uint32_t flags, int *err)
+{
+  if (buffer_direct (handle, false, OP_TRIM, NULL, count, offset, 0, err) == -1)
     return -1;
   if (flags & NBDKIT_FLAG_FUA)
     return writeback_sync (true, false, SINCE_NOW, err);
@@ -482,11 +567,12 @@ static int
 coalesce_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
                uint32_t flags, int *err)
 {
-  if (buffer_direct (OP_TRIM, NULL, count, offset, 0, err) == -1)
-    return -1;
-  if (flags & NBDKIT_FLAG_FUA)
-    return writeback_sync (true, false, SINCE_NOW, err);
-  return 0;
+  int r;
+
+  order_enter (handle);
+  r = serve_trim (next, handle, count, offset, flags, err);
+  order_leave (handle);
+  return r;
 }
 
 static int
@@ -505,6 +591,8 @@ static struct nbdkit_filter filter = {
   .get_ready = coalesce_get_ready,
   .after_fork = coalesce_after_fork,
   .cleanup = coalesce_cleanup,
+  .open = coalesce_open,
+  .close = coalesce_close,
   .can_write = coalesce_can_write,
   .can_flush = coalesce_can_flush,
   .can_fua = coalesce_can_fua,

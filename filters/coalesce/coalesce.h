@@ -54,6 +54,7 @@ struct coalesce
   uint64_t max_write_param;
   int use_hugepages; /* -1 auto, 0 off, 1 on */
   unsigned threads;
+  unsigned order_wait_ms;
 
   /* Set when the stack below is not PARALLEL: every call down then
    * holds below_lock (see CALL_BELOW).
@@ -72,8 +73,7 @@ struct coalesce
       can_extents;
   uint64_t high_water; /* wake the writers above this charge */
 
-  /* Where the latest write received ended (atomic, a hint only). */
-  uint64_t stream_end;
+  uint64_t order_waits, order_timeouts; /* atomic counters, see order.c */
 
   /* Everything below is protected by lock. */
   pthread_mutex_t lock;
@@ -189,8 +189,20 @@ enum direct_op
   OP_TRIM,
   OP_WRITE
 };
-extern int buffer_direct (enum direct_op op, const void *buf, uint32_t count,
+struct order_stream;
+extern int buffer_direct (struct order_stream *stream, bool large,
+                          enum direct_op op, const void *buf, uint32_t count,
                           uint64_t offset, uint32_t flags, int *err);
+
+/* order.c (called without the lock): one stream per connection. */
+extern struct order_stream *order_stream_new (void);
+extern void order_stream_free (struct order_stream *s);
+extern void order_enter (struct order_stream *s);
+extern void order_leave (struct order_stream *s);
+extern void order_note (struct order_stream *s, uint64_t offset, uint64_t end,
+                        bool large);
+extern bool order_follows_large (struct order_stream *s, uint64_t offset);
+extern void order_wait (struct order_stream *s, uint64_t offset, uint64_t end);
 
 /* writeback.c (called without the lock). */
 extern int writeback_start (void);
