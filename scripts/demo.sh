@@ -2,7 +2,9 @@
 # nbdstack quick start: install what is missing, build, then upload a
 # sample disk image through the image plugin (and whichever of our filters
 # are built) with `qemu-img convert -p -n -W`, verify it with
-# `qemu-img compare`, and print the throughput.
+# `qemu-img compare`, and print the throughput; then the same upload into
+# a qcow2 target the plugin creates (create=true format=qcow2), verified
+# with `qemu-img compare` and `qemu-img check`.
 #
 #   bash scripts/demo.sh
 #
@@ -95,4 +97,37 @@ awk -v t0="$t0" -v t1="$t1" -v v="$bytes" -v a="$alloc" -v ta="$talloc" 'BEGIN {
   printf "demo: OK: uploaded %.0f MiB virtual (%.0f MiB allocated) in %.2f s: %.0f MB/s virtual, %.0f MB/s of allocated data\n",
          v / 1048576, a / 1048576, s, v / s / 1e6, a / s / 1e6
   printf "demo: target file allocates %.0f MiB; qemu-img compare: identical\n", ta / 1048576
+}'
+
+# 7. The same upload into a qcow2 target that the plugin creates.
+qtarget=$tmp/target.qcow2
+rm -f "$sock" # the first server's socket may outlive it
+say "starting nbdkit on $sock:"
+say "  nbdkit ${names[*]/#/--filter=} image file=target.qcow2 format=qcow2 create=true size=$bytes"
+nbdkit --log=stderr -U "$sock" -P "$pidfile" "${filters[@]}" \
+       "$plugin" file="$qtarget" format=qcow2 create=true size="$bytes" \
+       2>>"$log" ||
+  die "nbdkit did not start: $(tail -n 3 "$log")"
+for ((i = 0; i < 100; i++)); do
+  [ -s "$pidfile" ] && [ -S "$sock" ] && break
+  sleep 0.1
+done
+[ -S "$sock" ] || die "nbdkit did not create $sock"
+say "uploading with: qemu-img convert -p -n -W -f raw -O raw sample.img $uri"
+t0=$EPOCHREALTIME
+qemu-img convert -p -n -W -f raw -O raw "$sample" "$uri" ||
+  die "qcow2 upload failed"
+t1=$EPOCHREALTIME
+stop_server
+say "verifying with qemu-img compare and qemu-img check"
+qemu-img compare -q -f raw -F qcow2 "$sample" "$qtarget" ||
+  die "the qcow2 target differs from the sample"
+qemu-img check -q -f qcow2 "$qtarget" ||
+  die "qemu-img check found problems in the qcow2 target"
+talloc=$(( $(stat -c '%b * %B' "$qtarget") ))
+awk -v t0="$t0" -v t1="$t1" -v v="$bytes" -v a="$alloc" -v ta="$talloc" 'BEGIN {
+  s = t1 - t0
+  printf "demo: OK: qcow2: uploaded %.0f MiB virtual (%.0f MiB allocated) in %.2f s: %.0f MB/s virtual, %.0f MB/s of allocated data\n",
+         v / 1048576, a / 1048576, s, v / s / 1e6, a / s / 1e6
+  printf "demo: qcow2 target file allocates %.0f MiB; qemu-img compare: identical; qemu-img check: clean\n", ta / 1048576
 }'
