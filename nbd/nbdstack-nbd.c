@@ -1187,6 +1187,10 @@ add_parameters (void)
    * refuse requests over 64M.
    */
   add (&a, "blocksize-maximum=32M");
+  /* qemu-nbd's preferred size, whatever the format: the image plugin
+   * prefers a qcow2 image's cluster size, which qemu-nbd never says.
+   */
+  add (&a, "blocksize-preferred=4096");
 
   if (!plan.readonly)
     {
