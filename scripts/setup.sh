@@ -18,7 +18,7 @@ shift || true
 packages=(
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd python3
   qemu-utils zlib1g-dev libzstd-dev autoconf automake libtool pkg-config
-  make gcc clang fio perl util-linux mount e2fsprogs strace time
+  make gcc clang fio perl util-linux mount e2fsprogs strace time gnuplot-nox
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,242 @@
+/* nbdstack bench: an upload client that writes the way oVirt imageio does.
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ *   imageio-client [-c CONNS] [-r REGION] [-w WRITE] [-z ZERO] SRC URI
+ *
+ * Uploads the raw image SRC (a local file) to the NBD export URI with
+ * CONNS connections (default 4), one thread each, one request in flight
+ * per connection.  The image is cut into REGION-sized regions (default
+ * 128M); each connection takes the next region nobody has taken yet and
+ * copies it alone: the data extents of SRC (SEEK_DATA/SEEK_HOLE; an
+ * allocated run of zeroes is data, as qemu-nbd's block status reports a
+ * raw file) are read and written in WRITE-sized requests (default 8M),
+ * the holes are sent as NBD_CMD_WRITE_ZEROES of at most ZERO bytes
+ * (default 128M, so at most one per hole and region).  When no region is
+ * left, each connection sends one flush and disconnects.  Prints nothing
+ * on success; exits 1 with a message on any error.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <libnbd.h>
+
+#include "align.h"
+
+static const char *src_path, *uri;
+static int src_fd;
+static uint64_t src_size, region_size = 128 << 20, write_size = 8 << 20,
+                          zero_size = 128 << 20;
+static atomic_uint_fast64_t next_region;
+
+static void
+die_nbd (const char *what)
+{
+  fprintf (stderr, "imageio-client: %s: %s\n", what, nbd_get_error ());
+  exit (EXIT_FAILURE);
+}
+
+static uint64_t
+parse_size (const char *s)
+{
+  char *end;
+  uint64_t v;
+
+  errno = 0;
+  v = strtoull (s, &end, 0);
+  if (errno || end == s)
+    goto bad;
+  switch (*end)
+    {
+    case 'k':
+    case 'K':
+      v <<= 10, end++;
+      break;
+    case 'm':
+    case 'M':
+      v <<= 20, end++;
+      break;
+    case 'g':
+    case 'G':
+      v <<= 30, end++;
+      break;
+    }
+  if (*end == '\0' && v > 0)
+    return v;
+bad:
+  fprintf (stderr, "imageio-client: bad size: %s\n", s);
+  exit (EXIT_FAILURE);
+}
+
+/* Copy [off, end) of SRC, all data (no hole inside). */
+static void
+copy_data (struct nbd_handle *h, char *buf, uint64_t off, uint64_t end)
+{
+  while (off < end)
+    {
+      size_t n = MIN (end - off, write_size), got = 0;
+      while (got < n)
+        {
+          ssize_t r = pread (src_fd, buf + got, n - got, off + got);
+          if (r <= 0)
+            {
+              fprintf (stderr, "imageio-client: read %s: %s\n", src_path,
+                       r == 0 ? "unexpected end of file" : strerror (errno));
+              exit (EXIT_FAILURE);
+            }
+          got += r;
+        }
+      if (nbd_pwrite (h, buf, n, off, 0) == -1)
+        die_nbd ("write");
+      off += n;
+    }
+}
+
+static void
+zero (struct nbd_handle *h, uint64_t off, uint64_t end)
+{
+  while (off < end)
+    {
+      uint64_t n = MIN (end - off, zero_size);
+      if (nbd_zero (h, n, off, 0) == -1)
+        die_nbd ("zero");
+      off += n;
+    }
+}
+
+static void *
+worker (void *arg)
+{
+  struct nbd_handle *h = nbd_create ();
+  char *buf = malloc (write_size);
+
+  (void)arg;
+  if (h == NULL || buf == NULL)
+    {
+      fprintf (stderr, "imageio-client: out of memory\n");
+      exit (EXIT_FAILURE);
+    }
+  if (nbd_connect_uri (h, uri) == -1)
+    die_nbd ("connect");
+  if ((uint64_t)nbd_get_size (h) < src_size)
+    {
+      fprintf (stderr, "imageio-client: export smaller than %s\n", src_path);
+      exit (EXIT_FAILURE);
+    }
+  for (;;)
+    {
+      uint64_t start = atomic_fetch_add (&next_region, 1) * region_size;
+      uint64_t end, off;
+
+      if (start >= src_size)
+        break;
+      end = MIN (start + region_size, src_size);
+      for (off = start; off < end;)
+        {
+          off_t data = lseek (src_fd, off, SEEK_DATA), hole;
+          if (data == -1 && errno != ENXIO)
+            {
+              perror ("imageio-client: lseek SEEK_DATA");
+              exit (EXIT_FAILURE);
+            }
+          if (data == -1 || (uint64_t)data >= end)
+            {
+              zero (h, off, end);
+              break;
+            }
+          zero (h, off, data);
+          hole = lseek (src_fd, data, SEEK_HOLE);
+          if (hole == -1)
+            {
+              perror ("imageio-client: lseek SEEK_HOLE");
+              exit (EXIT_FAILURE);
+            }
+          copy_data (h, buf, data, MIN ((uint64_t)hole, end));
+          off = MIN ((uint64_t)hole, end);
+        }
+    }
+  if (nbd_flush (h, 0) == -1)
+    die_nbd ("flush");
+  if (nbd_shutdown (h, 0) == -1)
+    die_nbd ("shutdown");
+  nbd_close (h);
+  free (buf);
+  return NULL;
+}
+
+int
+main (int argc, char *argv[])
+{
+  unsigned conns = 4, i;
+  pthread_t *threads;
+  struct stat st;
+  int c, err;
+
+  while ((c = getopt (argc, argv, "c:r:w:z:h")) != -1)
+    {
+      switch (c)
+        {
+        case 'c':
+          conns = parse_size (optarg);
+          break;
+        case 'r':
+          region_size = parse_size (optarg);
+          break;
+        case 'w':
+          write_size = parse_size (optarg);
+          break;
+        case 'z':
+          zero_size = parse_size (optarg);
+          break;
+        default:
+          fprintf (c == 'h' ? stdout : stderr,
+                   "usage: imageio-client [-c CONNS] [-r REGION] [-w WRITE] "
+                   "[-z ZERO] SRC URI\n");
+          exit (c == 'h' ? EXIT_SUCCESS : EXIT_FAILURE);
+        }
+    }
+  if (optind != argc - 2 || conns == 0 || conns > 64)
+    {
+      fprintf (stderr, "imageio-client: expected SRC URI (and 1..64 "
+                       "connections)\n");
+      exit (EXIT_FAILURE);
+    }
+  src_path = argv[optind];
+  uri = argv[optind + 1];
+  src_fd = open (src_path, O_RDONLY | O_CLOEXEC);
+  if (src_fd == -1 || fstat (src_fd, &st) == -1)
+    {
+      fprintf (stderr, "imageio-client: %s: %s\n", src_path, strerror (errno));
+      exit (EXIT_FAILURE);
+    }
+  src_size = st.st_size;
+
+  threads = calloc (conns, sizeof *threads);
+  if (threads == NULL)
+    {
+      perror ("calloc");
+      exit (EXIT_FAILURE);
+    }
+  for (i = 0; i < conns; i++)
+    if ((err = pthread_create (&threads[i], NULL, worker, NULL)) != 0)
+      {
+        fprintf (stderr, "imageio-client: pthread_create: %s\n",
+                 strerror (err));
+        exit (EXIT_FAILURE);
+      }
+  for (i = 0; i < conns; i++)
+    pthread_join (threads[i], NULL);
+  free (threads);
+  close (src_fd);
+  return 0;
+}
