@@ -23,7 +23,8 @@
 #   SAMPLE=FILE        upload this raw image instead of generating one
 #   TARGETS="image file qemu-nbd"   which servers to run
 #   MODES="writeback none"          which cache modes
-#   CLIENTS="convert-W nbdcopy"     which clients
+#   CLIENTS="convert-W nbdcopy"     which clients (also: imageio, the
+#                      pattern of oVirt imageio's upload: bench/imageio-client)
 #   FILTERS="coalesce zerodetect"   also run target "image+filters" = the image
 #                      plugin behind these filters of ours (from BUILD), in that order
 #   TMPDIR=/var/tmp    where the private scratch directory goes (needs about
@@ -56,6 +57,10 @@ for p in nbdkit qemu-img qemu-nbd nbdcopy numfmt awk; do
   command -v "$p" >/dev/null || die "$p is not installed (scripts/setup.sh installs it)"
 done
 plugin=$build/plugins/image/.libs/nbdkit-image-plugin.so
+case " $clients " in
+  *" imageio "*) [ -x "$build/bench/imageio-client" ] ||
+    die "$build/bench/imageio-client not found: build first" ;;
+esac
 case " $targets ${FILTERS:+image} " in
   *" image "*) [ -f "$plugin" ] || die "$plugin not found: build first (scripts/setup.sh $build)" ;;
 esac
@@ -188,6 +193,7 @@ upload_once ()                # RUN KIND MODE CLIENT
     case $client in
       convert-W) qemu-img convert -n -W -f raw -O raw "$sample" "$uri" ;;
       nbdcopy)   nbdcopy --flush "$sample" "$uri" ;;
+      imageio)   "$build/bench/imageio-client" "$sample" "$uri" ;;
     esac || die "upload failed: $kind $mode $client (run $run)"
     t1=$EPOCHREALTIME
     cpu=$(server_cpu)
