@@ -23,14 +23,25 @@
 #   SAMPLE=FILE        upload this raw image instead of generating one
 #   TARGETS="image file qemu-nbd"   which servers to run
 #   MODES="writeback none"          which cache modes
-#   CLIENTS="convert-W nbdcopy"     which clients (also: imageio, the
-#                      pattern of oVirt imageio's upload: bench/imageio-client)
+#   CLIENTS="convert-W nbdcopy"     which clients (also: convert, in order
+#                      without -W; imageio, the pattern of oVirt imageio's
+#                      upload: bench/imageio-client)
 #   FILTERS="coalesce zerodetect"   also run target "image+filters" = the image
 #                      plugin behind these filters of ours (from BUILD), in that order
 #   TMPDIR=/var/tmp    where the private scratch directory goes (needs about
 #                      2x the sample's allocated size free; must not be tmpfs,
 #                      which has no O_DIRECT)
 #   RESULTS=FILE       also write the raw per-run results (TSV) there
+#   FORMAT=raw|qcow2   target format (default raw).  qcow2: a fresh image
+#                      per run, made by our plugin (create=true format=qcow2)
+#                      for the image targets and by qemu-img create for
+#                      qemu-nbd (-f qcow2); the file target is skipped.  A
+#                      second table gives the layout of each result: qemu-img
+#                      check's "% fragmented" (must report no errors),
+#                      inversions and host discontinuities between the data
+#                      extents of qemu-img map (guest order), filefrag extents,
+#                      file size, and the time to read it back cold
+#                      (nbdcopy from qemu-nbd -r --cache=none to null:).
 #
 # SPDX-License-Identifier: BSD-3-Clause
 set -euo pipefail
@@ -46,6 +57,8 @@ build=$(cd "$build" 2>/dev/null && pwd) || { echo "upload: BUILD=$build: no such
 targets=${TARGETS:-image file qemu-nbd}
 modes=${MODES:-writeback none}
 clients=${CLIENTS:-convert-W nbdcopy}
+format=${FORMAT:-raw}
+case $format in raw | qcow2) ;; *) echo "upload: FORMAT=$format: expected raw or qcow2" >&2; exit 1 ;; esac
 filter_names=${FILTERS:-}
 
 say () { echo "upload: $*" >&2; }
@@ -109,6 +122,8 @@ start_server ()               # KIND MODE TARGET
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile")
       [[ $kind == image+* ]] && cmd+=("${filter_args[@]}")
       cmd+=("$plugin" file="$target")
+      [ "$format" = qcow2 ] &&
+        cmd+=(format=qcow2 create=true size="$vsize")
       [ "$mode" = none ] && cmd+=(cache=none) ;;
     file)
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile" file file="$target")
@@ -116,7 +131,7 @@ start_server ()               # KIND MODE TARGET
     qemu-nbd)
       # --shared=8 (as oVirt imageio runs it) makes qemu-nbd advertise
       # multi-conn, so nbdcopy uses several connections as with nbdkit.
-      cmd=(qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f raw
+      cmd=(qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f "$format"
            --persistent --shared=8)
       if [ "$mode" = none ]; then cmd+=(--cache=none --aio=native)
       else cmd+=(--cache=writeback); fi
@@ -160,7 +175,8 @@ for t in $targets; do
   [[ $t == image* ]] || continue
   case " $modes " in *" none "*) ;; *) continue ;; esac
   probe=$tmp/probe.img
-  truncate -s 64M "$probe"
+  rm -f "$probe"
+  [ "$format" = qcow2 ] || truncate -s 64M "$probe"
   if ! start_server "$t" none "$probe"; then
     reason=$(grep -m1 -i 'error' "$log" || head -n 1 "$log")
     skip_reason[$t/none]="cache=none rejected by the plugin: ${reason:-nbdkit did not start}"
@@ -172,6 +188,40 @@ for t in $targets; do
   [ -z "${skip_reason[$t/none]:-}" ] || say "$t cache=none: SKIPPED: ${skip_reason[$t/none]}"
 done
 
+# ---- the layout of an uploaded qcow2 image: a TSV line to $tmp/layout.
+layout=$tmp/layout
+: >"$layout"
+qcow2_layout ()               # RUN KIND MODE CLIENT TARGET
+{
+  local run=$1 kind=$2 mode=$3 client=$4 target=$5 check frag ext t0 t1 rb
+  check=$(qemu-img check -f qcow2 "$target" 2>&1) ||
+    die "CHECK FAILED: $kind $mode $client (run $run): $check"
+  frag=$(sed -n -E 's/.* ([0-9.]+)% fragmented.*/\1/p' <<<"$check")
+  # Inversions: a data extent (guest order) whose host offset lies below
+  # the end of the previous one; discontinuities: not right after it.
+  ext=$(qemu-img map -f qcow2 --output=json "$target" | python3 -c '
+import json, sys
+inv = disc = 0; end = None
+for e in json.load(sys.stdin):
+    if not e["data"] or "offset" not in e:
+        continue
+    if end is not None:
+        inv += e["offset"] < end
+        disc += e["offset"] != end
+    end = e["offset"] + e["length"]
+print(inv, disc)') || die "qemu-img map failed"
+  # Cold sequential read-back through qemu's own qcow2 reader (O_DIRECT).
+  qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f qcow2 -r \
+    --cache=none --aio=native "$target" 2>>"$log" || die "qemu-nbd -r failed"
+  t0=$EPOCHREALTIME
+  nbdcopy "nbd+unix:///?socket=$sock" null: || die "read-back failed"
+  t1=$EPOCHREALTIME
+  stop_server
+  rb=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" \
+    "$frag" "${ext% *}" "${ext#* }" "$(stat -c %s "$target")" "$rb" >>"$layout"
+}
+
 # ---- one timed, verified upload.  Appends a TSV line to $tmp/results.
 results=$tmp/results
 : >"$results"
@@ -180,7 +230,11 @@ upload_once ()                # RUN KIND MODE CLIENT
   local run=$1 kind=$2 mode=$3 client=$4 target=$tmp/target.img
   local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag
   rm -f "$target"
-  truncate -s "$vsize" "$target"
+  if [ "$format" = raw ] || [ "$kind" = local ]; then
+    truncate -s "$vsize" "$target"
+  elif [ "$kind" = qemu-nbd ]; then
+    qemu-img create -q -f qcow2 "$target" "$vsize" || die "qemu-img create failed"
+  fi                           # (our plugin creates its own: create=true)
   sync -f "$tmp"               # start from a quiet disk (not timed)
   if [ "$kind" = local ]; then
     t0=$EPOCHREALTIME
@@ -191,6 +245,7 @@ upload_once ()                # RUN KIND MODE CLIENT
       die "$kind ($mode) did not start: $(tail -n 3 "$log")"
     t0=$EPOCHREALTIME
     case $client in
+      convert)   qemu-img convert -n -f raw -O raw "$sample" "$uri" ;;
       convert-W) qemu-img convert -n -W -f raw -O raw "$sample" "$uri" ;;
       nbdcopy)   nbdcopy --flush "$sample" "$uri" ;;
       imageio)   "$build/bench/imageio-client" "$sample" "$uri" ;;
@@ -199,8 +254,11 @@ upload_once ()                # RUN KIND MODE CLIENT
     cpu=$(server_cpu)
     stop_server
   fi
-  qemu-img compare -q -f raw -F raw "$sample" "$target" ||
+  local tfmt=$format
+  [ "$kind" = local ] && tfmt=raw
+  qemu-img compare -q -f raw -F "$tfmt" "$sample" "$target" ||
     die "VERIFY FAILED: $kind $mode $client (run $run): target differs from the sample"
+  [ "$tfmt" = qcow2 ] && qcow2_layout "$run" "$kind" "$mode" "$client" "$target"
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
   # Host file fragmentation (ext4 extents) of the result.
   frag=$(filefrag "$target" 2>/dev/null | awk '{ print $(NF - 2) }') || frag=-
@@ -209,6 +267,11 @@ upload_once ()                # RUN KIND MODE CLIENT
   say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents), verified"
   rm -f "$target"
 }
+
+[ "$format" = raw ] || case " $targets " in
+  *" file "*) say "FORMAT=qcow2: nbdkit's file plugin serves raw only: target file skipped"
+              targets=$(sed 's/\bfile\b//' <<<"$targets") ;;
+esac
 
 # ---- the runs: round-robin, so slow phases of the machine hit every
 # configuration alike; the order rotates every round.
@@ -317,3 +380,41 @@ END {
   }
   for (sk in skip) printf "\nskipped %s: %s\n", sk, skip[sk]
 }' SIZE="$vsize" "$results"
+
+# ---- the layout of qcow2 results
+[ -s "$layout" ] || exit 0
+echo
+echo "Layout of the uploaded qcow2 images (medians over runs): % fragmented from"
+echo "qemu-img check; inversions and discontinuities between consecutive data"
+echo "extents of qemu-img map; read-back = nbdcopy from qemu-nbd -r --cache=none."
+echo
+awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" '
+function median(list,   a, n, i, j, t) {
+  n = split(list, a, " ")
+  for (i = 2; i <= n; i++) {
+    t = a[i] + 0
+    for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]
+    a[j + 1] = t
+  }
+  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{
+  k = $1 " " $2 " " $3
+  for (c = 5; c <= 9; c++) v[k, c] = v[k, c] (v[k, c] == "" ? "" : " ") $c
+  seen[k] = 1
+}
+END {
+  printf "| %-18s | %-9s | %-9s | %7s | %10s | %8s | %9s | %11s |\n", "target", "mode", \
+    "client", "% frag", "inversions", "discont.", "size MiB", "read-back s"
+  printf "|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------", "-----------", \
+    "-----------", "--------:", "-----------:", "---------:", "----------:", "------------:"
+  nc = split(configs, cl, "\n")
+  for (i = 1; i <= nc; i++) {
+    k = cl[i]
+    if (!(k in seen)) continue
+    split(k, f, " ")
+    printf "| %-18s | %-9s | %-9s | %7.2f | %10d | %8d | %9.0f | %11.2f |\n", f[1], f[2], f[3], \
+      median(v[k, 5]), median(v[k, 6]), median(v[k, 7]), median(v[k, 8]) / 1048576, \
+      median(v[k, 9])
+  }
+}' "$layout"
