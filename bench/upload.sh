@@ -32,11 +32,13 @@
 #                      2x the sample's allocated size free; must not be tmpfs,
 #                      which has no O_DIRECT)
 #   RESULTS=FILE       also write the raw per-run results (TSV) there
-#   FORMAT=raw|qcow2   target format (default raw).  qcow2: a fresh image
-#                      per run, made by our plugin (create=true format=qcow2)
-#                      for the image targets and by qemu-img create for
-#                      qemu-nbd (-f qcow2); the file target is skipped.  A
-#                      second table gives the layout of each result: qemu-img
+#   FORMAT=raw|qcow2   format of targets named without one (default raw); a
+#                      target may name its own: TARGETS="image image:qcow2
+#                      qemu-nbd:qcow2" interleaves raw and qcow2 uploads.
+#                      qcow2: a fresh image per run, made by our plugin
+#                      (create=true format=qcow2) for the image targets and by
+#                      qemu-img create for qemu-nbd (-f qcow2); nbdkit's file
+#                      plugin serves raw only.  A second table gives the layout of each result: qemu-img
 #                      check's "% fragmented" (must report no errors),
 #                      inversions and host discontinuities between the data
 #                      extents of qemu-img map (guest order), filefrag extents,
@@ -59,6 +61,9 @@ modes=${MODES:-writeback none}
 clients=${CLIENTS:-convert-W nbdcopy}
 format=${FORMAT:-raw}
 case $format in raw | qcow2) ;; *) echo "upload: FORMAT=$format: expected raw or qcow2" >&2; exit 1 ;; esac
+
+# A target is KIND or KIND:FORMAT.
+fmt_of () { case $1 in *:*) echo "${1#*:}" ;; local) echo raw ;; *) echo "$format" ;; esac; }
 filter_names=${FILTERS:-}
 
 say () { echo "upload: $*" >&2; }
@@ -114,24 +119,26 @@ free_k=$(df -Pk "$tmp" | awk 'NR == 2 { print $4 }')
 # ---- servers
 start_server ()               # KIND MODE TARGET
 {
-  local kind=$1 mode=$2 target=$3 i
+  local kind=$1 mode=$2 target=$3 i fmt
   local -a cmd
+  fmt=$(fmt_of "$kind")
   rm -f "$sock" "$pidfile"
-  case $kind in
+  case ${kind%%:*} in
     image | image+*)
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile")
       [[ $kind == image+* ]] && cmd+=("${filter_args[@]}")
       cmd+=("$plugin" file="$target")
-      [ "$format" = qcow2 ] &&
+      [ "$fmt" = qcow2 ] &&
         cmd+=(format=qcow2 create=true size="$vsize")
       [ "$mode" = none ] && cmd+=(cache=none) ;;
     file)
+      [ "$fmt" = raw ] || die "nbdkit's file plugin serves raw only: $kind"
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile" file file="$target")
       [ "$mode" = none ] && cmd+=(cache=none) ;;
     qemu-nbd)
       # --shared=8 (as oVirt imageio runs it) makes qemu-nbd advertise
       # multi-conn, so nbdcopy uses several connections as with nbdkit.
-      cmd=(qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f "$format"
+      cmd=(qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f "$fmt"
            --persistent --shared=8)
       if [ "$mode" = none ]; then cmd+=(--cache=none --aio=native)
       else cmd+=(--cache=writeback); fi
@@ -176,7 +183,7 @@ for t in $targets; do
   case " $modes " in *" none "*) ;; *) continue ;; esac
   probe=$tmp/probe.img
   rm -f "$probe"
-  [ "$format" = qcow2 ] || truncate -s 64M "$probe"
+  [ "$(fmt_of "$t")" = qcow2 ] || truncate -s 64M "$probe"
   if ! start_server "$t" none "$probe"; then
     reason=$(grep -m1 -i 'error' "$log" || head -n 1 "$log")
     skip_reason[$t/none]="cache=none rejected by the plugin: ${reason:-nbdkit did not start}"
@@ -230,9 +237,11 @@ upload_once ()                # RUN KIND MODE CLIENT
   local run=$1 kind=$2 mode=$3 client=$4 target=$tmp/target.img
   local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag
   rm -f "$target"
-  if [ "$format" = raw ] || [ "$kind" = local ]; then
+  local tfmt
+  tfmt=$(fmt_of "$kind")
+  if [ "$tfmt" = raw ]; then
     truncate -s "$vsize" "$target"
-  elif [ "$kind" = qemu-nbd ]; then
+  elif [ "${kind%%:*}" = qemu-nbd ]; then
     qemu-img create -q -f qcow2 "$target" "$vsize" || die "qemu-img create failed"
   fi                           # (our plugin creates its own: create=true)
   sync -f "$tmp"               # start from a quiet disk (not timed)
@@ -254,8 +263,6 @@ upload_once ()                # RUN KIND MODE CLIENT
     cpu=$(server_cpu)
     stop_server
   fi
-  local tfmt=$format
-  [ "$kind" = local ] && tfmt=raw
   qemu-img compare -q -f raw -F "$tfmt" "$sample" "$target" ||
     die "VERIFY FAILED: $kind $mode $client (run $run): target differs from the sample"
   [ "$tfmt" = qcow2 ] && qcow2_layout "$run" "$kind" "$mode" "$client" "$target"
@@ -267,11 +274,6 @@ upload_once ()                # RUN KIND MODE CLIENT
   say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents), verified"
   rm -f "$target"
 }
-
-[ "$format" = raw ] || case " $targets " in
-  *" file "*) say "FORMAT=qcow2: nbdkit's file plugin serves raw only: target file skipped"
-              targets=$(sed 's/\bfile\b//' <<<"$targets") ;;
-esac
 
 # ---- the runs: round-robin, so slow phases of the machine hit every
 # configuration alike; the order rotates every round.
@@ -348,8 +350,9 @@ END {
   # best peer per (mode, client)
   for (k in med) {
     split(k, f, " ")
-    if (f[1] == "file" || f[1] == "qemu-nbd") {
-      mc = f[2] " " f[3]
+    split(f[1], kf, ":")
+    if (kf[1] == "file" || kf[1] == "qemu-nbd") {
+      mc = (kf[2] == "" ? DEFFMT : kf[2]) " " f[2] " " f[3]
       if (!(mc in best) || med[k] < best[mc]) best[mc] = med[k]
     }
   }
@@ -370,7 +373,7 @@ END {
         tgt, mode, f[3], "-", "-", "skipped", "-", "-", "-", "-"
       continue
     }
-    m = med[k]; mc = f[2] " " f[3]
+    m = med[k]; split(f[1], kf, ":"); mc = (kf[2] == "" ? DEFFMT : kf[2]) " " f[2] " " f[3]
     rp = (mc in best) ? sprintf("%.2f", best[mc] / m) : "-"
     rl = limit ? sprintf("%.2f", limit / m) : "-"
     cpu = (cpus[k] ~ /^[- ]*$/) ? "-" : sprintf("%.2f", median(cpus[k]))
@@ -379,7 +382,7 @@ END {
       tgt, mode, f[3], m, SIZE / m / 1e6, secs[k], cpu, frag, rp, rl
   }
   for (sk in skip) printf "\nskipped %s: %s\n", sk, skip[sk]
-}' SIZE="$vsize" "$results"
+}' SIZE="$vsize" DEFFMT="$format" "$results"
 
 # ---- the layout of qcow2 results
 [ -s "$layout" ] || exit 0
