@@ -73,7 +73,7 @@ struct q2
 {
   struct layer *layers; /* [0] is the top image */
   unsigned nlayers;
-  char *root; /* real path of the allowed dir */
+  char *root;    /* real path of the allowed dir */
   bool writable; /* the top image is open for writing */
 };
 
@@ -271,6 +271,85 @@ resolve_contained (struct q2 *q, const char *referrer, const char *name,
 #define DIO_ALIGN 4096
 #define DIO_LOCKS 64
 
+/* Each thread keeps its bounce buffer, grown to the largest request up
+ * to DIO_BOUNCE_KEEP (nbdkit's worker threads end with their
+ * connection; the key's destructor frees it then).  Larger requests
+ * get one of their own for their duration: the malloc is small next to
+ * the I/O.
+ */
+#define DIO_BOUNCE_KEEP (4 * 1024 * 1024)
+#define DIO_BOUNCE_MIN (256 * 1024)
+
+struct bounce
+{
+  void *p;
+  size_t len;
+};
+
+static pthread_key_t bounce_key;
+static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+static int bounce_key_err;
+
+static void
+free_bounce (void *v)
+{
+  struct bounce *b = v;
+
+  free (b->p);
+  free (b);
+}
+
+static void
+make_bounce_key (void)
+{
+  bounce_key_err = pthread_key_create (&bounce_key, free_bounce);
+}
+
+/* An aligned buffer of len bytes; *owned: the caller frees it. */
+static void *
+get_bounce (size_t len, bool *owned)
+{
+  struct bounce *b;
+  size_t n;
+  void *p;
+
+  *owned = false;
+  if (len <= DIO_BOUNCE_KEEP
+      && pthread_once (&bounce_once, make_bounce_key) == 0
+      && bounce_key_err == 0)
+    {
+      b = pthread_getspecific (bounce_key);
+      if (b == NULL)
+        {
+          b = calloc (1, sizeof *b);
+          if (b == NULL)
+            return NULL;
+          if (pthread_setspecific (bounce_key, b) != 0)
+            {
+              free (b);
+              return NULL;
+            }
+        }
+      if (b->len < len)
+        {
+          for (n = DIO_BOUNCE_MIN; n < len; n *= 2)
+            ;
+          free (b->p);
+          b->p = NULL;
+          b->len = 0;
+          if (posix_memalign (&p, DIO_ALIGN, n) != 0)
+            return NULL;
+          b->p = p;
+          b->len = n;
+        }
+      return b->p;
+    }
+  if (posix_memalign (&p, DIO_ALIGN, len) != 0)
+    return NULL;
+  *owned = true;
+  return p;
+}
+
 struct dio
 {
   struct qcow2_hostio io; /* must be first */
@@ -313,19 +392,22 @@ dio_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
   uint64_t s = ROUND_DOWN (offset, DIO_ALIGN);
   uint64_t e = ROUND_UP (offset + count, DIO_ALIGN);
   size_t got;
+  bool owned;
   void *b;
   int r;
 
   if (count == 0)
     return 0;
-  if (posix_memalign (&b, DIO_ALIGN, e - s) != 0)
+  b = get_bounce (e - s, &owned);
+  if (b == NULL)
     return -ENOMEM;
   r = dio_read_raw (d, b, e - s, s, &got);
   if (r == 0 && got < offset + count - s)
     r = -EIO; /* callers never read past the end */
   if (r == 0)
     memcpy (buf, (char *)b + (offset - s), count);
-  free (b);
+  if (owned)
+    free (b);
   return r;
 }
 
@@ -337,7 +419,7 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
   size_t count = 0, got, pos;
   uint64_t s, e;
   unsigned l1, l2;
-  bool head, tail;
+  bool head, tail, owned;
   char *b;
   int i, r = 0;
 
@@ -349,7 +431,8 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
   e = ROUND_UP (offset + count, DIO_ALIGN);
   head = s != offset;
   tail = e != offset + count;
-  if (posix_memalign ((void **)&b, DIO_ALIGN, e - s) != 0)
+  b = get_bounce (e - s, &owned);
+  if (b == NULL)
     return -ENOMEM;
   l1 = (s / DIO_ALIGN) % DIO_LOCKS;
   l2 = ((e - DIO_ALIGN) / DIO_ALIGN) % DIO_LOCKS;
@@ -369,8 +452,8 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
       if (head)
         r = dio_read_raw (d, b, DIO_ALIGN, s, &got);
       if (r == 0 && tail && (!head || e - s > DIO_ALIGN))
-        r = dio_read_raw (d, b + (e - s) - DIO_ALIGN, DIO_ALIGN,
-                          e - DIO_ALIGN, &got);
+        r = dio_read_raw (d, b + (e - s) - DIO_ALIGN, DIO_ALIGN, e - DIO_ALIGN,
+                          &got);
     }
   if (r == 0)
     {
@@ -406,7 +489,8 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
       if (z != a)
         pthread_mutex_unlock (&d->locks[z]);
     }
-  free (b);
+  if (owned)
+    free (b);
   return r;
 }
 
@@ -1097,7 +1181,8 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
   if (r == -1 && made)
     unlink (file);
   if (r == 0)
-    nbdkit_debug ("%s: created qcow2 v3, size %" PRIi64 ", cluster size %u%s%s, "
+    nbdkit_debug ("%s: created qcow2 v3, size %" PRIi64
+                  ", cluster size %u%s%s, "
                   "%s layout",
                   file, size, 1u << create_cluster_bits,
                   create_extended_l2 ? ", extended L2" : "",
