@@ -195,16 +195,7 @@ echo "$(qemu-nbd --version | head -1); nbdkit $(nbdkit --version | awk '{print $
 echo "load before: $load_before"
 echo "load after:  $load_after"
 echo
-awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" '
-function median(list,   a, n, i, j, t) {
-  n = split(list, a, " ")
-  for (i = 2; i <= n; i++) {
-    t = a[i] + 0
-    for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]
-    a[j + 1] = t
-  }
-  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
+awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" "$MEDIAN_AWK"'
 {
   k = $1 " " $2 " " $3
   secs[k] = secs[k] (secs[k] == "" ? "" : " ") $5

@@ -38,3 +38,18 @@ _server_lib_cleanup ()
 }
 trap _server_lib_cleanup EXIT
 trap 'exit 130' INT TERM
+
+# An awk function for the scripts' tables: the median of a list of
+# space-separated numbers.  Put it in front of a program:
+#   awk "$MEDIAN_AWK"'{ ... median(list) ... }'
+MEDIAN_AWK='
+function median(list,   a, n, i, j, t) {
+  n = split(list, a, " ")
+  for (i = 2; i <= n; i++) {
+    t = a[i] + 0
+    for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]
+    a[j + 1] = t
+  }
+  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+'

@@ -320,16 +320,7 @@ echo "nbdkit $(nbdkit --version | awk '{print $2}'), $(qemu-nbd --version | head
 echo "load before: $load_before"
 echo "load after:  $load_after"
 echo
-awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" -v skipfile="$skips" '
-function median(list,   a, n, i, j, t) {
-  n = split(list, a, " ")
-  for (i = 2; i <= n; i++) {            # insertion sort, numeric
-    t = a[i] + 0
-    for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]
-    a[j + 1] = t
-  }
-  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
+awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" -v skipfile="$skips" "$MEDIAN_AWK"'
 BEGIN {
   while ((getline line < skipfile) > 0) {
     split(line, sf, "\t"); skip[sf[1]] = sf[2]
@@ -391,16 +382,7 @@ echo "Layout of the uploaded qcow2 images (medians over runs): % fragmented from
 echo "qemu-img check; inversions and discontinuities between consecutive data"
 echo "extents of qemu-img map; read-back = nbdcopy from qemu-nbd -r --cache=none."
 echo
-awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" '
-function median(list,   a, n, i, j, t) {
-  n = split(list, a, " ")
-  for (i = 2; i <= n; i++) {
-    t = a[i] + 0
-    for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]
-    a[j + 1] = t
-  }
-  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
+awk -F'\t' -v configs="$(printf '%s\n' "${configs[@]}")" "$MEDIAN_AWK"'
 {
   k = $1 " " $2 " " $3
   for (c = 5; c <= 9; c++) v[k, c] = v[k, c] (v[k, c] == "" ? "" : " ") $c
