@@ -235,8 +235,10 @@ unlist (struct order_stream *s, uint64_t offset)
 void
 order_wait (struct order_stream *s, uint64_t offset, uint64_t end)
 {
-  struct timespec grace, deadline;
-  bool past_grace = false, expired = false;
+  const unsigned grace_ms
+      = MIN ((unsigned)coalesce_debug_order_grace_ms, co.order_wait_ms);
+  struct timespec tick, deadline;
+  bool expired = false;
 
   if (s == NULL)
     return;
@@ -250,26 +252,28 @@ order_wait (struct order_stream *s, uint64_t offset, uint64_t end)
       return;
     }
 
-  now (&grace);
-  deadline = grace;
-  add_ms (&grace, MIN ((unsigned)coalesce_debug_order_grace_ms,
-                       co.order_wait_ms));
+  now (&deadline);
   add_ms (&deadline, co.order_wait_ms);
   s->waiting_at[s->nwaiting++] = offset;
   while (s->end < offset)
     {
       if (!expired)
         {
-          bool all_waiting;
-
+          /* Look every grace_ms whether all the connection's requests
+           * are waiting: then only one the client has yet to send can
+           * fill the gap, and it would have come by now.
+           */
+          now (&tick);
+          add_ms (&tick, grace_ms);
           if (pthread_cond_timedwait (&s->moved, &s->lock,
-                                      past_grace ? &deadline : &grace)
+                                      ts_before (&tick, &deadline) ? &tick
+                                                                   : &deadline)
               != ETIMEDOUT)
             continue;
-          all_waiting
-              = __atomic_load_n (&s->inflight, __ATOMIC_RELAXED) <= s->nwaiting;
-          expired = past_grace || all_waiting;
-          past_grace = true;
+          now (&tick);
+          expired = !ts_before (&tick, &deadline)
+                    || __atomic_load_n (&s->inflight, __ATOMIC_RELAXED)
+                           <= s->nwaiting;
         }
       else if (lowest_waiting (s, offset))
         {
