@@ -27,10 +27,15 @@
  * growth - also hold the lock, so no older copy can land after a newer
  * one) and copies phase 2 (L2 tables, pinned in the cache until the
  * copy is written; L1 sectors), and takes the references to drop.
- * Changes after the cut belong to the next commit.  Phase 3 runs under
- * the lock again: every write request holds the lock for its whole
- * length, so all requests that started before the cut have finished and
- * none can still use a cluster freed here.
+ * Changes after the cut belong to the next commit.  Requests run in
+ * parallel with all of this and link an entry only once its data write
+ * has completed, so a cut never includes an entry whose data is still
+ * being written.  Phase 3 runs under the lock again, but requests that
+ * started before the cut may still be reading or writing a cluster this
+ * commit freed: its decrement is held back (qcow2_deferred) until every
+ * request registered before the cut has ended (the reuse barrier,
+ * qcow2_req_begin/end).  A commit never waits for requests, so a request
+ * may itself commit in its middle (a cache full of dirty tables).
  */
 #include <config.h>
 
@@ -191,16 +196,156 @@ write_out (struct qcow2_image *img, struct qcow2_error *err)
   return 0;
 }
 
-/* Under the lock again: removed references are durably gone. */
+/* ---- claims on guest clusters ---- */
+
+static bool
+claimed (const struct qcow2_image *img, uint64_t first, uint64_t last)
+{
+  const struct qcow2_claim *c;
+
+  for (c = img->claims; c; c = c->next)
+    if (c->first <= last && first <= c->last)
+      return true;
+  return false;
+}
+
+void
+qcow2_claim_range (struct qcow2_image *img, struct qcow2_claim *claim,
+                   uint64_t offset, uint64_t count)
+{
+  claim->first = offset >> img->cluster_bits;
+  claim->last = (offset + (count ? count : 1) - 1) >> img->cluster_bits;
+  pthread_mutex_lock (&img->claim_lock);
+  while (claimed (img, claim->first, claim->last))
+    pthread_cond_wait (&img->claim_released, &img->claim_lock);
+  claim->next = img->claims;
+  img->claims = claim;
+  pthread_mutex_unlock (&img->claim_lock);
+}
+
+void
+qcow2_unclaim (struct qcow2_image *img, struct qcow2_claim *claim)
+{
+  struct qcow2_claim **p;
+
+  pthread_mutex_lock (&img->claim_lock);
+  for (p = &img->claims; *p != claim; p = &(*p)->next)
+    ;
+  *p = claim->next;
+  pthread_cond_broadcast (&img->claim_released);
+  pthread_mutex_unlock (&img->claim_lock);
+}
+
+/* ---- the reuse barrier ---- */
+
+bool qcow2_test_no_reuse_barrier;
+
+void
+qcow2_req_begin (struct qcow2_image *img, struct qcow2_req *req)
+{
+  pthread_mutex_lock (&img->epoch_lock);
+  req->epoch = img->epoch;
+  req->next = NULL;
+  req->prev = img->req_tail;
+  if (img->req_tail)
+    img->req_tail->next = req;
+  else
+    img->req_head = req;
+  img->req_tail = req;
+  pthread_mutex_unlock (&img->epoch_lock);
+}
+
+/* Under epoch_lock: frees of commits up to this epoch may be applied. */
+static uint64_t
+barrier_epoch (const struct qcow2_image *img)
+{
+  if (qcow2_test_no_reuse_barrier || img->req_head == NULL)
+    return UINT64_MAX;
+  return img->req_head->epoch;
+}
+
+void
+qcow2_req_end (struct qcow2_image *img, struct qcow2_req *req)
+{
+  bool ready;
+
+  pthread_mutex_lock (&img->epoch_lock);
+  if (req->prev)
+    req->prev->next = req->next;
+  else
+    img->req_head = req->next;
+  if (req->next)
+    req->next->prev = req->prev;
+  else
+    img->req_tail = req->prev;
+  ready = img->deferred_first_epoch <= barrier_epoch (img);
+  pthread_mutex_unlock (&img->epoch_lock);
+  if (ready)
+    {
+      struct qcow2_error ignored;
+
+      pthread_rwlock_wrlock (&img->lock);
+      if (!img_failed (img) && qcow2_apply_deferred (img, &ignored) == -1)
+        img_set_failed (img);
+      pthread_rwlock_unlock (&img->lock);
+    }
+}
+
+/* Under the lock again: removed references are durably gone; hold
+ * them back until the requests that started before cut 'epoch' ended.
+ */
 static int
-apply_frees (struct qcow2_image *img, struct qcow2_error *err)
+defer_frees (struct qcow2_image *img, uint64_t epoch, struct qcow2_error *err)
 {
   struct qcow2_commit *c = &img->commit;
   size_t i;
 
-  for (i = 0; i < c->nfrees; ++i)
+  if (c->nfrees == 0)
+    return 0;
+  if (img->ndeferred + c->nfrees > img->deferred_cap)
     {
-      uint64_t cl = c->frees[i], v;
+      size_t cap = img->deferred_cap ? img->deferred_cap : 64;
+      struct qcow2_deferred *p;
+
+      while (cap < img->ndeferred + c->nfrees)
+        cap *= 2;
+      p = realloc (img->deferred, cap * sizeof *p);
+      if (p == NULL)
+        {
+          qcow2_set_error (err, ENOMEM, "out of memory");
+          return -1;
+        }
+      img->deferred = p;
+      img->deferred_cap = cap;
+    }
+  for (i = 0; i < c->nfrees; ++i)
+    img->deferred[img->ndeferred++]
+        = (struct qcow2_deferred){ c->frees[i], epoch };
+  c->nfrees = 0;
+  pthread_mutex_lock (&img->epoch_lock);
+  img->deferred_first_epoch = img->deferred[0].epoch;
+  pthread_mutex_unlock (&img->epoch_lock);
+  return 0;
+}
+
+int
+qcow2_apply_deferred (struct qcow2_image *img, struct qcow2_error *err)
+{
+  uint64_t limit;
+  size_t i, n;
+
+  pthread_mutex_lock (&img->epoch_lock);
+  limit = barrier_epoch (img);
+  pthread_mutex_unlock (&img->epoch_lock);
+  /* Requests registering from now on have an epoch at least the
+   * current one, above every deferred free's: they cannot lower the
+   * limit for what is applied here.
+   */
+  for (n = 0; n < img->ndeferred && img->deferred[n].epoch <= limit; ++n)
+    ;
+  for (i = 0; i < n; ++i)
+    {
+      uint64_t cl = img->deferred[i].cluster, v;
 
       if (qcow2_rc_update (img, cl, -1, err) == -1
           || qcow2_rc_get (img, cl, &v, err) == -1)
@@ -214,7 +359,13 @@ apply_frees (struct qcow2_image *img, struct qcow2_error *err)
           qcow2_alloc_reuse (img, cl);
         }
     }
-  c->nfrees = 0;
+  memmove (img->deferred, img->deferred + n,
+           (img->ndeferred - n) * sizeof *img->deferred);
+  img->ndeferred -= n;
+  pthread_mutex_lock (&img->epoch_lock);
+  img->deferred_first_epoch
+      = img->ndeferred ? img->deferred[0].epoch : UINT64_MAX;
+  pthread_mutex_unlock (&img->epoch_lock);
   return 0;
 }
 
@@ -222,10 +373,11 @@ apply_frees (struct qcow2_image *img, struct qcow2_error *err)
 static int
 run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
 {
+  uint64_t epoch;
   int r;
 
   pthread_rwlock_wrlock (&img->lock);
-  if (img->failed)
+  if (img_failed (img))
     {
       pthread_rwlock_unlock (&img->lock);
       qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
@@ -234,6 +386,12 @@ run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
   pthread_mutex_lock (&img->commit_lock);
   *my_cut = ++img->cut_seq;
   pthread_mutex_unlock (&img->commit_lock);
+  /* Requests registered from here on see the entries as of this cut:
+   * none of them can reach a cluster this commit frees.
+   */
+  pthread_mutex_lock (&img->epoch_lock);
+  epoch = ++img->epoch;
+  pthread_mutex_unlock (&img->epoch_lock);
   r = cut (img, err);
   pthread_rwlock_unlock (&img->lock);
 
@@ -243,9 +401,11 @@ run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
   pthread_rwlock_wrlock (&img->lock);
   l2_cache_unpin_all (img->l2);
   if (r == 0)
-    r = apply_frees (img, err);
+    r = defer_frees (img, epoch, err);
+  if (r == 0)
+    r = qcow2_apply_deferred (img, err);
   if (r == -1)
-    img->failed = true;
+    img_set_failed (img);
   pthread_rwlock_unlock (&img->lock);
   return r;
 }
@@ -306,4 +466,7 @@ qcow2_commit_free (struct qcow2_image *img)
   free (c->l1_sector);
   free (c->frees);
   memset (c, 0, sizeof *c);
+  free (img->deferred);
+  img->deferred = NULL;
+  img->ndeferred = img->deferred_cap = 0;
 }

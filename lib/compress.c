@@ -185,7 +185,9 @@ read_compressed (struct qcow2_image *img, uint64_t l2e, void *out,
                        l2e);
       return -1;
     }
-  if (coffset < img->cluster_size || coffset >= img->file_size)
+  uint64_t file_size = __atomic_load_n (&img->file_size, __ATOMIC_RELAXED);
+
+  if (coffset < img->cluster_size || coffset >= file_size)
     {
       qcow2_set_error (err, EIO,
                        "compressed cluster offset %#" PRIx64
@@ -206,7 +208,7 @@ read_compressed (struct qcow2_image *img, uint64_t l2e, void *out,
   /* The last compressed cluster may end before its last sector does:
    * the file is not padded, so take what the file has.
    */
-  avail = img->file_size - coffset;
+  avail = file_size - coffset;
   if (csize > avail)
     csize = avail;
   if (t->in_cap < csize)

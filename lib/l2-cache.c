@@ -11,8 +11,9 @@
  * If every slot of a shard is in use (more threads than slots), the
  * reader loads a private copy rather than waiting.
  *
- * Writers (holding the image's write lock, so no reader runs) change
- * tables in their slots and mark them dirty: a dirty slot is never
+ * Writers (holding the image's lock exclusively, so no reader is
+ * looking at a table: readers hold it shared while they look up
+ * entries) change tables in their slots and mark them dirty: a dirty slot is never
  * evicted until the commit writes it back, new tables (not yet pointed
  * at by anything on disk) in the commit's first phase and the others in
  * its second.  A writer that finds every slot of a shard dirty gets
@@ -258,7 +259,7 @@ l2_cache_put (struct l2_ref *ref)
   ref->slot = NULL;
 }
 
-/* ---- writing (callers hold the image's write lock) ---- */
+/* ---- writing (callers hold the image's lock exclusively) ---- */
 
 int
 l2_cache_get_write (struct l2_cache *c, uint64_t offset, bool fresh,
@@ -278,7 +279,10 @@ l2_cache_get_write (struct l2_cache *c, uint64_t offset, bool fresh,
           sl->refs++;
           sl->last_use = ++s->clock;
           if (fresh)
-            memset (sl->table, 0, c->table_bytes);
+            {
+              memset (sl->table, 0, c->table_bytes);
+              sl->dirty = sl->is_new = true;
+            }
           pthread_mutex_unlock (&s->lock);
           ref->cache = c;
           ref->slot = sl;
@@ -317,6 +321,8 @@ l2_cache_get_write (struct l2_cache *c, uint64_t offset, bool fresh,
   victim->valid = r == 0;
   if (r < 0)
     victim->refs = 0;
+  else if (fresh)
+    victim->dirty = victim->is_new = true;
   pthread_mutex_unlock (&s->lock);
   if (r < 0)
     return r;
@@ -326,13 +332,21 @@ l2_cache_get_write (struct l2_cache *c, uint64_t offset, bool fresh,
   return 0;
 }
 
+/* A table that is new (its cluster allocated, nothing on disk points
+ * at it) became dirty and "new" when it was made, and stays so until a
+ * cut writes it; a table marked dirty while clean is on disk already
+ * (phase 2).  Deciding here from the caller's view instead would be
+ * wrong now that a cut may run between a writer's lookup and its
+ * relink: writing an already-linked table in phase 1 could put an entry
+ * on disk before the data it points at.
+ */
 void
-l2_cache_mark_dirty (struct l2_ref *ref, bool is_new)
+l2_cache_mark_dirty (struct l2_ref *ref)
 {
   struct l2_slot *sl = ref->slot;
 
   if (!sl->dirty)
-    sl->is_new = is_new;
+    sl->is_new = false;
   sl->dirty = true;
 }
 

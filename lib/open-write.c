@@ -106,10 +106,8 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
     img->l1_dirty = calloc ((sectors + 63) / 64 + 1, 8);
   }
   img->zero_buf = calloc (1, cs);
-  if (img->l1_dirty == NULL || img->zero_buf == NULL
-      || posix_memalign ((void **)&img->cow_buf, 4096, cs) != 0)
+  if (img->l1_dirty == NULL || img->zero_buf == NULL)
     {
-      img->cow_buf = NULL;
       qcow2_set_error (err, ENOMEM, "out of memory");
       return -1;
     }
@@ -144,12 +142,10 @@ free_write_state (struct qcow2_image *img)
   qcow2_alloc_free_state (img);
   free (img->l1_dirty);
   free (img->pending);
-  free (img->cow_buf);
   free (img->zero_buf);
   img->zero_buf = NULL;
   qcow2_commit_free (img);
   img->l1_dirty = img->pending = NULL;
-  img->cow_buf = NULL;
   img->writable = false;
 }
 
@@ -170,7 +166,7 @@ qcow2_close_writable (struct qcow2_image *img, struct qcow2_error *err)
       free_write_state (img);
       return 0;
     }
-  if (img->failed)
+  if (img_failed (img))
     qcow2_set_error (err, EIO, "the image failed earlier");
   else if (qcow2_commit (img, err) == 0 && qcow2_rc_write_dirty (img, err) == 0)
     {

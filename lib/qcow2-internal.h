@@ -68,14 +68,16 @@ extern unsigned l2_cache_entries (const struct l2_cache *cache);
 extern int l2_cache_get (struct l2_cache *cache, uint64_t offset,
                          struct l2_ref *ref);
 extern void l2_cache_put (struct l2_ref *ref);
-/* Writing, under the image's write lock: a table in a slot (never a
- * private copy) to change in place; 'fresh' zeroes it instead of
- * reading (a new table).  -EAGAIN when every slot it could use is
- * dirty: commit, then retry.
+/* Writing, under the image's lock (exclusive): a table in a slot (never
+ * a private copy) to change in place; 'fresh' zeroes it instead of
+ * reading (a new table, not on disk yet: dirty and "new" from here until
+ * a commit's cut writes it in phase 1).  -EAGAIN when every slot it
+ * could use is dirty: commit, then retry.
  */
 extern int l2_cache_get_write (struct l2_cache *cache, uint64_t offset,
                                bool fresh, struct l2_ref *ref);
-extern void l2_cache_mark_dirty (struct l2_ref *ref, bool is_new);
+/* An entry of the table changed (under the lock, exclusive). */
+extern void l2_cache_mark_dirty (struct l2_ref *ref);
 /* Write back the dirty new tables, or the other dirty ones (no flush). */
 extern int l2_cache_write_dirty (struct l2_cache *cache, bool new_tables);
 extern unsigned l2_cache_dirty_count (const struct l2_cache *cache);
@@ -104,6 +106,53 @@ struct qcow2_commit
   size_t nl1, l1_cap;
   uint64_t *frees; /* references to drop after the commit */
   size_t nfrees, frees_cap;
+};
+
+/* Parallel requests (see lib/WRITING.md, "Locking").
+ *
+ * A write, zero or discard claims the guest clusters it touches, all at
+ * once (no request holds one claim while waiting for another, so there
+ * is no deadlock), before it looks at their entries; a request meeting
+ * a claimed cluster waits.  So nothing else changes a claimed cluster's
+ * entry, and the claimer may do its data I/O without the image lock.
+ */
+struct qcow2_claim
+{
+  uint64_t first, last; /* guest clusters, inclusive */
+  struct qcow2_claim *next;
+};
+extern void qcow2_claim_range (struct qcow2_image *img,
+                               struct qcow2_claim *claim, uint64_t offset,
+                               uint64_t count);
+extern void qcow2_unclaim (struct qcow2_image *img, struct qcow2_claim *claim);
+
+/* Every request of a writable image (reads and block status too) is
+ * registered while it runs, with the epoch (number of commit cuts) at
+ * its start, in a list in start order (epochs never decrease along it).
+ * A cluster whose reference commit N removed is decremented (and maybe
+ * reused) only once every request registered with an epoch below N has
+ * ended: a request that may have seen the old entry can no longer read
+ * or write the cluster (the reuse barrier).
+ */
+struct qcow2_req
+{
+  struct qcow2_req *prev, *next;
+  uint64_t epoch;
+};
+extern void qcow2_req_begin (struct qcow2_image *img, struct qcow2_req *req);
+/* Ends the request; applies the frees it was holding back, if any (a
+ * failure there fails the image).
+ */
+extern void qcow2_req_end (struct qcow2_image *img, struct qcow2_req *req);
+/* Tests only: no barrier (frees applied at the commit, as if no request
+ * were in flight), to show that the tests notice.
+ */
+extern bool qcow2_test_no_reuse_barrier;
+
+/* A reference to drop once the requests older than 'epoch' ended. */
+struct qcow2_deferred
+{
+  uint64_t cluster, epoch;
 };
 
 enum qcow2_alloc_mode
@@ -161,12 +210,33 @@ struct qcow2_image
 
   /* Writing (see lib/WRITING.md); all NULL/0 when read-only. */
   bool writable;
-  /* Writers hold it exclusively, readers shared (only when writable). */
+  /* The short lock on metadata (only when writable): exclusive to
+   * change L1/L2 entries, refcounts, allocation and a commit's cut;
+   * shared by readers while they look up entries.  Never held across
+   * data I/O (metadata I/O - loading an L2 table or refcount block, a
+   * new refcount block - does happen under it).
+   */
   pthread_rwlock_t lock;
   /* A failed commit or metadata update: every later write and flush
    * fails, since what is in memory may no longer match the disk.
+   * Accessed atomically (img_failed, img_set_failed).
    */
   bool failed;
+  /* Claimed guest clusters (struct qcow2_claim), under claim_lock. */
+  pthread_mutex_t claim_lock;
+  pthread_cond_t claim_released;
+  struct qcow2_claim *claims;
+  /* The reuse barrier, under epoch_lock ('lock' is taken before it when
+   * both are held): requests in flight in start order, the current
+   * epoch (incremented at each cut) and the epoch of the first deferred
+   * free (UINT64_MAX if none).
+   */
+  pthread_mutex_t epoch_lock;
+  struct qcow2_req *req_head, *req_tail;
+  uint64_t epoch, deferred_first_epoch;
+  /* Frees held back by the barrier, in epoch order; under 'lock'. */
+  struct qcow2_deferred *deferred;
+  size_t ndeferred, deferred_cap;
   struct refcounts *rc;
   /* End of everything allocated, cluster-aligned: may pass file_size
    * while a new cluster is not yet written.
@@ -189,8 +259,7 @@ struct qcow2_image
    */
   uint64_t *pending;
   size_t npending, pending_cap;
-  unsigned char *cow_buf;  /* one cluster, for partial-cluster writes */
-  unsigned char *zero_buf; /* one cluster of zeroes */
+  unsigned char *zero_buf; /* one cluster of zeroes (read only) */
   /* Group commit: cut_seq counts cuts, done_seq is the last cut whose
    * commit completed; one commit runs at a time ('committing').
    * Protected by commit_lock, which is never held while taking 'lock'.
@@ -244,8 +313,10 @@ extern int qcow2_read_snapshots (struct qcow2_image *img, const char *want,
                                  struct qcow2_error *err);
 
 /* read.c: the checks a table or data cluster offset from an L1 or L2
- * entry must pass before it is used; reading without the image lock
- * (for the writer's copy-on-write, which holds it).
+ * entry must pass before it is used; reading inside a request that is
+ * already registered (qcow2_req_begin), without holding the image lock
+ * (it is taken, shared, around each lookup): for the writer's
+ * copy-on-write.
  */
 extern int qcow2_check_l2_offset (const struct qcow2_image *img,
                                   uint64_t l2_off, uint64_t l1_idx,
@@ -276,7 +347,7 @@ extern int qcow2_close_writable (struct qcow2_image *img,
 
 /* ---- refcounts (refcount.c) ----
  *
- * Not thread-safe: callers hold the image's write lock.  Functions
+ * Not thread-safe: callers hold the image's lock exclusively.  Functions
  * returning int return 0 (or what they say) or -1 after setting err.
  */
 extern int qcow2_rc_open (struct qcow2_image *img, unsigned cache_blocks,
@@ -327,9 +398,16 @@ extern int qcow2_free_after_commit (struct qcow2_image *img, uint64_t cluster,
 extern void qcow2_l1_mark_dirty (struct qcow2_image *img, uint64_t l1_idx);
 /* Make every change completed before the call durable, in crash-safe
  * order, sharing one commit with concurrent callers.  Called WITHOUT
- * the image lock; on failure the image is failed.
+ * the image lock; on failure the image is failed.  Never waits for
+ * requests in flight (their frees are held back instead), so a request
+ * may commit in its middle.
  */
 extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
+/* Under 'lock' (exclusive): decrement the held-back frees whose
+ * barrier passed; those reaching 0 are punched and reusable.
+ */
+extern int qcow2_apply_deferred (struct qcow2_image *img,
+                                 struct qcow2_error *err);
 extern void qcow2_commit_free (struct qcow2_image *img);
 
 /* Before a write or zero (write.c): writable, and inside the disk? */
@@ -337,18 +415,22 @@ extern int qcow2_check_change (struct qcow2_image *img, uint64_t count,
                                uint64_t offset, const char *what,
                                struct qcow2_error *err);
 
-/* ---- writing (write.c), under the image's write lock ---- */
+/* ---- writing (write.c) ---- */
 /* Returned when every L2 cache slot a request could use is dirty: the
  * caller drops the lock, commits (qcow2_commit) and retries.
  */
 #define QCOW2_RETRY 1
-/* The L2 table of L1 index 'l1_idx' in a cache slot to change, made if
- * missing (*is_new: not on disk yet).  0, QCOW2_RETRY or -1.
+/* Under the lock (exclusive): the L2 table of L1 index 'l1_idx' in a
+ * cache slot to change, made if missing.  0, QCOW2_RETRY or -1.  Once
+ * it returned 0, the L1 entry stays (COPIED, the same table) for as
+ * long as the image is open.
  */
 extern int qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
-                                   struct l2_ref *ref, bool *is_new,
-                                   struct qcow2_error *err);
-/* Write [off, off+n), inside one cluster.  0, QCOW2_RETRY or -1. */
+                                   struct l2_ref *ref, struct qcow2_error *err);
+/* WITHOUT the lock, in a registered request that claimed the cluster:
+ * write [off, off+n), inside one cluster.  0 or -1 (committing itself
+ * when the cache is full of dirty tables).
+ */
 extern int qcow2_write_cluster (struct qcow2_image *img, const char *data,
                                 uint64_t off, uint64_t n,
                                 struct qcow2_error *err);
@@ -367,6 +449,18 @@ extern int qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
 /* Extended L2 subcluster bitmaps: bits 0-31 allocated, 32-63 zero. */
 #define BITMAP_ALL_ALLOC 0xffffffffULL
 #define BITMAP_ALL_ZERO 0xffffffff00000000ULL
+
+static inline bool
+img_failed (struct qcow2_image *img)
+{
+  return __atomic_load_n (&img->failed, __ATOMIC_ACQUIRE);
+}
+
+static inline void
+img_set_failed (struct qcow2_image *img)
+{
+  __atomic_store_n (&img->failed, true, __ATOMIC_RELEASE);
+}
 
 /* L1 entries a disk of 'size' bytes needs. */
 static inline uint64_t

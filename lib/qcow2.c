@@ -49,7 +49,22 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
       return NULL;
     }
   img->uid = __atomic_add_fetch (&next_uid, 1, __ATOMIC_RELAXED);
-  pthread_rwlock_init (&img->lock, NULL);
+  {
+    pthread_rwlockattr_t attr;
+
+    /* The lock is held briefly but often by readers: let a waiting
+     * writer in (no reader takes it twice).
+     */
+    pthread_rwlockattr_init (&attr);
+    pthread_rwlockattr_setkind_np (&attr,
+                                   PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init (&img->lock, &attr);
+    pthread_rwlockattr_destroy (&attr);
+  }
+  pthread_mutex_init (&img->claim_lock, NULL);
+  pthread_cond_init (&img->claim_released, NULL);
+  pthread_mutex_init (&img->epoch_lock, NULL);
+  img->deferred_first_epoch = UINT64_MAX;
   pthread_mutex_init (&img->commit_lock, NULL);
   pthread_cond_init (&img->commit_done, NULL);
   img->io = img->data_io = io;
@@ -132,6 +147,9 @@ qcow2_close (struct qcow2_image *img)
   free (img->backing_format);
   free (img->data_file);
   pthread_rwlock_destroy (&img->lock);
+  pthread_mutex_destroy (&img->claim_lock);
+  pthread_cond_destroy (&img->claim_released);
+  pthread_mutex_destroy (&img->epoch_lock);
   pthread_mutex_destroy (&img->commit_lock);
   pthread_cond_destroy (&img->commit_done);
   free (img);

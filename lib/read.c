@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -280,7 +281,10 @@ read_host (struct qcow2_image *img, char *buf, uint64_t len, uint64_t host,
            struct qcow2_error *err)
 {
   struct qcow2_hostio *io = img->data_io;
-  uint64_t fsize = io == img->io ? img->file_size : img->data_file_size;
+  /* Grows while writers allocate (under the lock); read here without. */
+  uint64_t fsize = io == img->io
+                       ? __atomic_load_n (&img->file_size, __ATOMIC_RELAXED)
+                       : img->data_file_size;
   uint64_t n = host < fsize ? (fsize - host < len ? fsize - host : len) : 0;
   int r;
 
@@ -302,6 +306,27 @@ read_host (struct qcow2_image *img, char *buf, uint64_t len, uint64_t host,
   return 0;
 }
 
+/* A run, looked up under the lock (shared) on a writable image: no
+ * writer is changing an entry meanwhile.  Its data is read after the
+ * lock is dropped: a writer may then change the entry (the reader reads
+ * the old data, or the new one written in place), but the cluster
+ * cannot be freed and reused before the reader's request ends (the
+ * reuse barrier, commit.c).
+ */
+static int
+locked_run (struct qcow2_image *img, uint64_t off, uint64_t max,
+            struct run *run, struct qcow2_error *err)
+{
+  int r;
+
+  if (!img->writable)
+    return get_run (img, off, max, run, err);
+  pthread_rwlock_rdlock (&img->lock);
+  r = get_run (img, off, max, run, err);
+  pthread_rwlock_unlock (&img->lock);
+  return r;
+}
+
 int
 qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
                       uint64_t offset, struct qcow2_error *err)
@@ -318,7 +343,7 @@ qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
       struct run run;
       int r = 0;
 
-      if (get_run (img, offset, count, &run, err) == -1)
+      if (locked_run (img, offset, count, &run, err) == -1)
         return -1;
       switch (run.type)
         {
@@ -346,12 +371,12 @@ qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
   return 0;
 }
 
-/* A writable image changes its tables in place: readers exclude the
- * writer (until writing gets finer-grained locks, see WRITING.md).  A
- * read-only image takes no lock at all.  A failed image serves nothing,
- * as qemu does: after a failed write-back, a table in the cache may be
- * newer than the disk and be evicted, so what a read would find is not
- * known.
+/* A writable image changes its tables in place: a reader looks up each
+ * run under the lock (shared) and reads the data without it, inside a
+ * registered request (the reuse barrier).  A read-only image takes no
+ * lock at all.  A failed image serves nothing, as qemu does: after a
+ * failed write-back, a table in the cache may be newer than the disk
+ * and be evicted, so what a read would find is not known.
  */
 static int
 read_failed (struct qcow2_error *err)
@@ -364,14 +389,21 @@ int
 qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
              struct qcow2_error *err)
 {
+  struct qcow2_req req;
   int r;
 
   if (!img->writable)
     return qcow2_pread_unlocked (img, buf, count, offset, err);
-  pthread_rwlock_rdlock (&img->lock);
-  r = img->failed ? read_failed (err)
-                  : qcow2_pread_unlocked (img, buf, count, offset, err);
-  pthread_rwlock_unlock (&img->lock);
+  if (img_failed (img))
+    return read_failed (err);
+  qcow2_req_begin (img, &req);
+  r = qcow2_pread_unlocked (img, buf, count, offset, err);
+  qcow2_req_end (img, &req);
+  /* Failed meanwhile: what was read may come from a table that no
+   * longer matches the disk.
+   */
+  if (r == 0 && img_failed (img))
+    r = read_failed (err);
   return r;
 }
 
@@ -383,14 +415,18 @@ int
 qcow2_block_status (struct qcow2_image *img, uint64_t offset, uint64_t max,
                     uint64_t *len, unsigned *flags, struct qcow2_error *err)
 {
+  struct qcow2_req req;
   int r;
 
   if (!img->writable)
     return block_status_unlocked (img, offset, max, len, flags, err);
-  pthread_rwlock_rdlock (&img->lock);
-  r = img->failed ? read_failed (err)
-                  : block_status_unlocked (img, offset, max, len, flags, err);
-  pthread_rwlock_unlock (&img->lock);
+  if (img_failed (img))
+    return read_failed (err);
+  qcow2_req_begin (img, &req);
+  r = block_status_unlocked (img, offset, max, len, flags, err);
+  qcow2_req_end (img, &req);
+  if (r == 0 && img_failed (img))
+    r = read_failed (err);
   return r;
 }
 
@@ -405,7 +441,7 @@ block_status_unlocked (struct qcow2_image *img, uint64_t offset, uint64_t max,
       qcow2_set_error (err, EINVAL, "block status beyond the end of the disk");
       return -1;
     }
-  if (get_run (img, offset, max, &run, err) == -1)
+  if (locked_run (img, offset, max, &run, err) == -1)
     return -1;
   *len = run.len;
   switch (run.type)

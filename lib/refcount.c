@@ -368,8 +368,8 @@ note_host_end (struct qcow2_image *img, uint64_t end)
 {
   if (end > img->host_end)
     img->host_end = end;
-  if (end > img->file_size)
-    img->file_size = end;
+  if (end > img->file_size) /* readers load it without the lock */
+    __atomic_store_n (&img->file_size, end, __ATOMIC_RELAXED);
 }
 
 static int grow_table (struct qcow2_image *img, uint64_t need_idx,

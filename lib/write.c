@@ -14,16 +14,22 @@
  * durable before the entry that points at it because every entry is written
  * only in a commit's second phase.
  *
- * Write requests run one at a time: the image's write lock is held for
- * the whole request, except that one that needs a cache slot while
- * every slot is dirty drops it between two clusters (where the state is
- * consistent) to wait for a commit.  Commits (and so flushes) do their
- * I/O without the lock: see commit.c.
+ * Requests run in parallel (see lib/WRITING.md, "Locking"): each
+ * claims the guest clusters it touches, then per cluster decides under
+ * the image's lock (exclusive, briefly: look up the entry, allocate a
+ * cluster and count it), writes the data without the lock, and takes
+ * the lock again to point the entry at the new cluster.  The claim
+ * keeps the entry from changing meanwhile; an entry is linked only once
+ * its data write has completed, so any commit that includes the entry
+ * also makes the data durable first (phase 1's flush).  The old
+ * cluster's reference is dropped only at the relink, after the next
+ * commit, and once every request that might still use it has ended.
  */
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +70,7 @@ get_write (struct qcow2_image *img, uint64_t offset, bool fresh,
  */
 static int
 cow_l2 (struct qcow2_image *img, uint64_t l1_idx, uint64_t old,
-        struct l2_ref *ref, bool *is_new, struct qcow2_error *err)
+        struct l2_ref *ref, struct qcow2_error *err)
 {
   struct l2_ref src;
   uint64_t c;
@@ -102,17 +108,15 @@ cow_l2 (struct qcow2_image *img, uint64_t l1_idx, uint64_t old,
     }
   img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
   qcow2_l1_mark_dirty (img, l1_idx);
-  *is_new = true;
   return 0;
 }
 
-/* The L2 table covering L1 index 'l1_idx', made if missing.  *is_new:
- * the table is not on disk yet.  0, RETRY or -1.
+/* The L2 table covering L1 index 'l1_idx', made if missing.  0, RETRY
+ * or -1.
  */
 int
 qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
-                        struct l2_ref *ref, bool *is_new,
-                        struct qcow2_error *err)
+                        struct l2_ref *ref, struct qcow2_error *err)
 {
   uint64_t l1e = img->l1[l1_idx];
   uint64_t l2_off = l1e & L1E_OFFSET_MASK, c;
@@ -134,14 +138,12 @@ qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
         return r; /* on error c stays counted: a leak, never corruption */
       img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
       qcow2_l1_mark_dirty (img, l1_idx);
-      *is_new = true;
       return 0;
     }
   if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
     return -1;
   if (!(l1e & OFLAG_COPIED))
-    return cow_l2 (img, l1_idx, l2_off, ref, is_new, err);
-  *is_new = false;
+    return cow_l2 (img, l1_idx, l2_off, ref, err);
   return get_write (img, l2_off, false, ref, err);
 }
 
@@ -180,8 +182,8 @@ io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
   return -1;
 }
 
-/* Write [off, off+n) (inside one cluster) from 'data': 0, RETRY or
- * -1.
+/* Write [off, off+n) (inside one cluster) from 'data', without the
+ * lock, the cluster claimed: 0 or -1.
  */
 int
 qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
@@ -193,14 +195,36 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
   const uint64_t l2_idx
       = (off >> img->cluster_bits) & ((1ULL << img->l2_bits) - 1);
   struct l2_ref ref;
-  bool is_new;
   uint64_t *ent, e, bm, host, c, v;
+  unsigned char *fill = NULL;
   struct iovec iov[3];
+  bool in_place = false;
   int niov = 0, r;
 
-  r = qcow2_get_l2_for_write (img, l1_idx, &ref, &is_new, err);
-  if (r != 0)
-    return r;
+  /* 1. Under the lock: the entry, and where the data goes. */
+  for (;;)
+    {
+      pthread_rwlock_wrlock (&img->lock);
+      if (img_failed (img))
+        {
+          pthread_rwlock_unlock (&img->lock);
+          return failed_image (img, err);
+        }
+      r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
+      if (r != RETRY)
+        break;
+      /* Every slot is dirty: let a commit clean them.  Nothing of this
+       * cluster has changed yet.
+       */
+      pthread_rwlock_unlock (&img->lock);
+      if (qcow2_commit (img, err) == -1)
+        return -1;
+    }
+  if (r == -1)
+    {
+      pthread_rwlock_unlock (&img->lock);
+      return -1;
+    }
   r = -1;
   ent = (uint64_t *)((char *)ref.table + l2_idx * img->l2_entry_bytes);
   e = get_be64 (ent);
@@ -211,23 +235,26 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
     {
       if (qcow2_check_data_cluster (img, host, off, err) == -1
           || qcow2_rc_get (img, host >> img->cluster_bits, &v, err) == -1)
-        goto out;
+        goto out_locked;
       if (v != 1)
         {
           qcow2_set_error (err, EIO,
                            "cluster %#" PRIx64 " is marked as ours alone "
                            "(COPIED) but its refcount is %" PRIu64,
                            host, v);
-          goto out;
+          goto out_locked;
         }
       if (img->ext_l2 ? bm == BITMAP_ALL_ALLOC : !(e & OFLAG_ZERO))
         {
-          /* The common case of an upload overwriting: data only. */
+          /* The common case of an upload overwriting: data only, and
+           * the claim keeps the entry (and so the cluster) ours.
+           */
+          l2_cache_put (&ref);
+          pthread_rwlock_unlock (&img->lock);
           r = qcow2_hostio_pwrite (img->io, data, n, host + in);
           if (r < 0)
-            io_error (err, r, "writing data", host + in);
-          r = r < 0 ? -1 : 0;
-          goto out;
+            return io_error (err, r, "writing data", host + in);
+          return 0;
         }
       /* Some of it reads as zeroes or from below (a preallocated zero
        * cluster, unallocated subclusters): the whole host cluster gets
@@ -235,45 +262,79 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
        * is all data.
        */
       c = host >> img->cluster_bits;
+      in_place = true;
     }
-  else
-    {
-      if (qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err)
-          == -1)
-        goto out;
-      /* A COPIED cluster was written in place above. */
-      if (qcow2_free_entry (img, e, false, err) == -1)
-        goto out;
-    }
+  else if (qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err)
+           == -1)
+    goto out_locked;
+  /* The table slot stays referenced (never evicted) and the L1 entry
+   * stays what it is now (qcow2_get_l2_for_write), so 'ent' is still
+   * this cluster's entry at the relink.
+   */
+  pthread_rwlock_unlock (&img->lock);
+
+  /* 2. Without the lock: what the guest reads around the request now
+   * (up to the end of the disk), and the data.
+   */
   if (n < cs)
     {
-      /* What the guest reads there now, up to the end of the disk. */
       uint64_t len = img->size - gstart < cs ? img->size - gstart : cs;
-      memset (img->cow_buf + len, 0, cs - len);
-      if (qcow2_pread_unlocked (img, img->cow_buf, len, gstart, err) == -1)
-        goto out;
-    }
 
+      if (posix_memalign ((void **)&fill, 4096, cs) != 0)
+        {
+          fill = NULL;
+          qcow2_set_error (err, ENOMEM, "out of memory");
+          goto out_unlocked;
+        }
+      memset (fill + len, 0, cs - len);
+      if (qcow2_pread_unlocked (img, fill, len, gstart, err) == -1)
+        goto out_unlocked;
+    }
   if (in > 0)
-    iov[niov++] = (struct iovec){ img->cow_buf, in };
+    iov[niov++] = (struct iovec){ fill, in };
   iov[niov++] = (struct iovec){ (void *)data, n };
   if (in + n < cs)
-    iov[niov++] = (struct iovec){ img->cow_buf + in + n, cs - in - n };
+    iov[niov++] = (struct iovec){ fill + in + n, cs - in - n };
   r = img->io->pwritev (img->io, iov, niov, c << img->cluster_bits);
   if (r < 0)
     {
       io_error (err, r, "writing data", c << img->cluster_bits);
       r = -1;
-      goto out;
+      goto out_unlocked;
     }
+
+  /* 3. Under the lock: the entry points at the data, which is complete. */
+  r = -1;
+  pthread_rwlock_wrlock (&img->lock);
+  if (get_be64 (ent) != e || (img->ext_l2 && get_be64 (ent + 1) != bm))
+    {
+      qcow2_set_error (err, EIO,
+                       "the L2 entry of claimed guest offset %#" PRIx64
+                       " changed under its write",
+                       off);
+      goto out_locked;
+    }
+  /* A COPIED cluster was written in place. */
+  if (!in_place && qcow2_free_entry (img, e, false, err) == -1)
+    goto out_locked;
   put_be64 (ent, (c << img->cluster_bits) | OFLAG_COPIED);
   if (img->ext_l2)
     put_be64 (ent + 1, BITMAP_ALL_ALLOC);
-  l2_cache_mark_dirty (&ref, is_new);
+  l2_cache_mark_dirty (&ref);
   r = 0;
-out:
+out_locked:
   l2_cache_put (&ref);
+  pthread_rwlock_unlock (&img->lock);
+  free (fill);
   return r;
+
+out_unlocked:
+  /* c stays counted: a leak at worst, and the image fails anyway. */
+  pthread_rwlock_wrlock (&img->lock);
+  l2_cache_put (&ref);
+  pthread_rwlock_unlock (&img->lock);
+  free (fill);
+  return -1;
 }
 
 /* Whether a write or zero of [offset, offset + count) may go ahead:
@@ -301,31 +362,24 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
               uint64_t offset, struct qcow2_error *err)
 {
   const char *p = buf;
+  struct qcow2_claim claim;
+  struct qcow2_req req;
   int r = 0;
 
   if (qcow2_check_change (img, count, offset, "write", err) == -1)
     return -1;
-  pthread_rwlock_wrlock (&img->lock);
-  if (img->failed)
-    r = failed_image (img, err);
+  if (img_failed (img))
+    return failed_image (img, err);
+  if (count == 0)
+    return 0;
+  qcow2_claim_range (img, &claim, offset, count);
+  qcow2_req_begin (img, &req);
   while (r == 0 && count > 0)
     {
       uint64_t n = img->cluster_size - (offset & (img->cluster_size - 1));
       if (n > count)
         n = count;
       r = qcow2_write_cluster (img, p, offset, n, err);
-      if (r == RETRY)
-        {
-          /* Between two clusters the state is consistent: let the
-           * commit (and other requests) run, then go on.
-           */
-          pthread_rwlock_unlock (&img->lock);
-          r = qcow2_commit (img, err);
-          pthread_rwlock_wrlock (&img->lock);
-          if (r == 0 && img->failed)
-            r = failed_image (img, err);
-          continue;
-        }
       p += n;
       offset += n;
       count -= n;
@@ -334,8 +388,9 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
    * rather than commit a guess.
    */
   if (r == -1)
-    img->failed = true;
-  pthread_rwlock_unlock (&img->lock);
+    img_set_failed (img);
+  qcow2_unclaim (img, &claim);
+  qcow2_req_end (img, &req);
   return r;
 }
 

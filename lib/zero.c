@@ -22,6 +22,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qcow2-internal.h"
@@ -42,18 +44,22 @@ unallocated_reads_zero (const struct qcow2_image *img, uint64_t goff)
   return img->backing_ops == NULL || goff >= img->backing_size;
 }
 
-/* Does [off, off+n) (inside one cluster) read as zeroes already? */
+/* Does [off, off+n) (inside one cluster) read as zeroes already?
+ * Without the lock, the cluster claimed.
+ */
 static int
-reads_zero (struct qcow2_image *img, uint64_t off, uint64_t n, bool *zero,
-            struct qcow2_error *err)
+reads_zero (struct qcow2_image *img, unsigned char *buf, uint64_t off,
+            uint64_t n, bool *zero, struct qcow2_error *err)
 {
-  if (qcow2_pread_unlocked (img, img->cow_buf, n, off, err) == -1)
+  if (qcow2_pread_unlocked (img, buf, n, off, err) == -1)
     return -1;
-  *zero = memcmp (img->cow_buf, img->zero_buf, n) == 0;
+  *zero = memcmp (buf, img->zero_buf, n) == 0;
   return 0;
 }
 
-/* Guest cluster 'gc' reads as zeroes: 0, QCOW2_RETRY, FALLBACK or -1. */
+/* Under the lock (exclusive), the cluster claimed: guest cluster 'gc'
+ * reads as zeroes: 0, QCOW2_RETRY, FALLBACK or -1.
+ */
 static int
 zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
               struct qcow2_error *err)
@@ -64,7 +70,7 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
   const bool backing_shows = !unallocated_reads_zero (img, goff);
   const bool v3 = img->version >= 3;
   struct l2_ref ref;
-  bool is_new, keep;
+  bool keep;
   uint64_t *ent, e, bm, host, want, want_bm;
   int r;
 
@@ -72,7 +78,7 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
     return 0; /* no table, nothing below: zeroes already */
   if (!v3 && backing_shows)
     return mode == DISCARD ? 0 : FALLBACK;
-  r = qcow2_get_l2_for_write (img, l1_idx, &ref, &is_new, err);
+  r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
   if (r != 0)
     return r;
   ent = (uint64_t *)((char *)ref.table + l2_idx * img->l2_entry_bytes);
@@ -99,7 +105,7 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
       put_be64 (ent, want);
       if (img->ext_l2)
         put_be64 (ent + 1, want_bm);
-      l2_cache_mark_dirty (&ref, is_new);
+      l2_cache_mark_dirty (&ref);
     }
   l2_cache_put (&ref);
   return 0;
@@ -150,36 +156,61 @@ failed_image (struct qcow2_image *img, struct qcow2_error *err)
   return -1;
 }
 
+/* Commit with the lock dropped (every cache slot is dirty), then take
+ * it again: 0 or -1.
+ */
+static int
+commit_relock (struct qcow2_image *img, struct qcow2_error *err)
+{
+  int r;
+
+  pthread_rwlock_unlock (&img->lock);
+  r = qcow2_commit (img, err);
+  pthread_rwlock_wrlock (&img->lock);
+  if (r == 0 && img_failed (img))
+    r = failed_image (img, err);
+  return r;
+}
+
 static int
 do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
          enum mode mode, bool fast, struct qcow2_error *err)
 {
   const uint64_t end = offset + count;
+  struct qcow2_claim claim;
+  struct qcow2_req req;
   struct edge edge[2];
+  unsigned char *buf = NULL;
   uint64_t gc, first, last;
   unsigned i;
   int r = 0;
 
   if (qcow2_check_change (img, count, offset, "zero", err) == -1)
     return -1;
+  if (img_failed (img))
+    return failed_image (img, err);
   if (count == 0)
     return 0;
   find_edges (img, offset, end, edge, &first, &last);
 
-  pthread_rwlock_wrlock (&img->lock);
-  if (img->failed)
-    {
-      pthread_rwlock_unlock (&img->lock);
-      return failed_image (img, err);
-    }
+  qcow2_claim_range (img, &claim, offset, count);
+  qcow2_req_begin (img, &req);
   /* Everything that would need data written, before changing anything:
-   * a fast zero must fail untouched.
+   * a fast zero must fail untouched.  The claim keeps it true until the
+   * changes below.
    */
   for (i = 0; mode != DISCARD && i < 2; ++i)
     if (edge[i].hi > edge[i].lo)
       {
         bool zero;
-        if (reads_zero (img, edge[i].lo, edge[i].hi - edge[i].lo, &zero, err)
+
+        if (buf == NULL && (buf = malloc (img->cluster_size)) == NULL)
+          {
+            qcow2_set_error (err, ENOMEM, "out of memory");
+            goto fail;
+          }
+        if (reads_zero (img, buf, edge[i].lo, edge[i].hi - edge[i].lo, &zero,
+                        err)
             == -1)
           goto fail;
         edge[i].needed = !zero;
@@ -190,21 +221,21 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
       && (first << img->cluster_bits) < img->backing_size && first < last)
     goto notsup;
 
-  for (i = 0; r == 0 && i < 2; ++i)
+  for (i = 0; i < 2; ++i)
+    if (edge[i].needed
+        && qcow2_write_cluster (img, (const char *)img->zero_buf, edge[i].lo,
+                                edge[i].hi - edge[i].lo, err)
+               == -1)
+      goto fail;
+
+  /* Whole clusters change only their entries: under the lock, dropped
+   * to write zeroes (FALLBACK) or to commit.
+   */
+  if (first < last)
     {
-      if (!edge[i].needed)
-        continue;
-      r = qcow2_write_cluster (img, (const char *)img->zero_buf, edge[i].lo,
-                               edge[i].hi - edge[i].lo, err);
-      if (r == QCOW2_RETRY)
-        {
-          pthread_rwlock_unlock (&img->lock);
-          r = qcow2_commit (img, err);
-          pthread_rwlock_wrlock (&img->lock);
-          if (r == 0 && img->failed)
-            r = failed_image (img, err);
-          i--; /* again */
-        }
+      pthread_rwlock_wrlock (&img->lock);
+      if (img_failed (img))
+        r = failed_image (img, err);
     }
   for (gc = first; r == 0 && gc < last;)
     {
@@ -224,33 +255,37 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
           uint64_t goff = gc << img->cluster_bits;
           uint64_t n = img->size - goff < img->cluster_size ? img->size - goff
                                                             : img->cluster_size;
+          pthread_rwlock_unlock (&img->lock);
           r = qcow2_write_cluster (img, (const char *)img->zero_buf, goff, n,
                                    err);
+          pthread_rwlock_wrlock (&img->lock);
         }
       if (r == QCOW2_RETRY)
         {
-          pthread_rwlock_unlock (&img->lock);
-          r = qcow2_commit (img, err);
-          pthread_rwlock_wrlock (&img->lock);
-          if (r == 0 && img->failed)
-            r = failed_image (img, err);
+          r = commit_relock (img, err);
           continue;
         }
       gc++;
     }
+  if (first < last)
+    pthread_rwlock_unlock (&img->lock);
   if (r == -1)
     goto fail;
-  pthread_rwlock_unlock (&img->lock);
-  return 0;
+  r = 0;
+  goto out;
 
 notsup:
-  pthread_rwlock_unlock (&img->lock);
   qcow2_set_error (err, ENOTSUP, "a fast zero would have to write data");
-  return -1;
+  r = -1;
+  goto out;
 fail:
-  img->failed = true;
-  pthread_rwlock_unlock (&img->lock);
-  return -1;
+  img_set_failed (img);
+  r = -1;
+out:
+  free (buf);
+  qcow2_unclaim (img, &claim);
+  qcow2_req_end (img, &req);
+  return r;
 }
 
 int
