@@ -146,13 +146,14 @@ memrw_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
   if (end < offset)
     return -EINVAL;
 
-  pthread_rwlock_rdlock (&m->lock);
+  /* Exclusive: a read of bytes being written would be a data race in
+   * memory (the library reads a cluster while another request
+   * overwrites it in place, as NBD allows for overlapping requests; a
+   * file's pread/pwrite make that well defined, memcpy does not).
+   */
+  pthread_rwlock_wrlock (&m->lock);
   if (end > m->len)
-    {
-      pthread_rwlock_unlock (&m->lock);
-      pthread_rwlock_wrlock (&m->lock);
-      r = memrw_grow (m, end);
-    }
+    r = memrw_grow (m, end);
   for (i = 0; r == 0 && i < iovcnt; ++i)
     {
       memcpy (m->buf + offset, iov[i].iov_base, iov[i].iov_len);
@@ -174,7 +175,7 @@ memrw_zero (struct qcow2_hostio *io, uint64_t offset, uint64_t len, bool punch)
   struct memrw_io *m = (struct memrw_io *)io;
   int r = 0;
 
-  pthread_rwlock_rdlock (&m->lock);
+  pthread_rwlock_wrlock (&m->lock); /* exclusive, as writes */
   if (offset > m->len || len > m->len - offset)
     r = -EIO;
   else

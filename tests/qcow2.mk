@@ -13,7 +13,9 @@ QCOW2_TESTS = \
 	test-qcow2-create.sh \
 	test-qcow2-group.sh \
 	test-qcow2-write-refuse.sh \
-	test-qcow2-write-fault.sh
+	test-qcow2-write-fault.sh \
+	test-qcow2-concurrent.sh \
+	test-qcow2-tsan.sh
 TESTS += $(QCOW2_TESTS)
 EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py test-qcow2-patch.py \
 	test-qcow2-functions.sh

@@ -35,6 +35,20 @@
  *     commits than flush calls), every thread reads back what it
  *     wrote, and crash images keep each thread's flushed data
  *     (DIR/crash-N.qcow2 for qemu-img check).
+ *   test-qcow2-write-unit parallel IMAGE.qcow2 DIR SEED IMAGES
+ *     as group, but half the changes (writes and zeroes of pieces of
+ *     128-byte units) go to 4 clusters all threads share, the other half
+ *     to clusters of their own (writes, whole-cluster zeroes, discards:
+ *     frees and reallocation under load); writes and reads of the file
+ *     are slow, and 2 reader threads check that every byte they read is
+ *     one some writer wrote there (or the value before).  Then a slow
+ *     write must hold off a discard of its cluster, a slow read must
+ *     keep its freed cluster from being reused (the reuse barrier), and
+ *     4 threads writing different clusters must take < 0.6 of the time
+ *     one thread takes for as many.
+ *   test-qcow2-write-unit barrier-off IMAGE.qcow2
+ *     the slow read with the reuse barrier switched off: it must see the
+ *     reused cluster's new data (the test notices a missing barrier).
  *   test-qcow2-write-unit fault IMAGE.qcow2 DIR SEED IMAGES
  *     the same random writes, zeroes and flushes on copies of IMAGE,
  *     with the Nth write, zero or flush of the file failing (EIO) for
@@ -59,6 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "qcow2-internal.h"
@@ -944,7 +959,18 @@ static struct
   unsigned char *ref, *initial_disk;
   uint64_t size, cs, nclusters;
   unsigned flush_calls;
+  /* parallel: [0, shared_end) is owned in UNIT-byte pieces (so every
+   * cluster there is written by all threads), the rest by cluster.
+   */
+  bool parallel;
+  uint64_t shared_end;
+  uint16_t *allowed; /* per byte: which values a reader may see */
+  int stop_readers;
+  /* Injected latency of the slow hostio (microseconds; 0: none). */
+  unsigned read_delay, write_delay, flush_delay;
 } g;
+
+#define UNIT 128
 
 /* The recording hostio, with flushes that take a while (as real ones
  * do), so that concurrent flushes can find a commit in progress.
@@ -955,10 +981,25 @@ struct slow_io
   struct qcow2_hostio *below;
 };
 
+static unsigned slow_calls;
+
+static void
+delay (unsigned *what)
+{
+  unsigned us = __atomic_load_n (what, __ATOMIC_RELAXED);
+
+  if (us)
+    {
+      __atomic_add_fetch (&slow_calls, 1, __ATOMIC_RELEASE);
+      usleep (us);
+    }
+}
+
 static int
 slow_pread (struct qcow2_hostio *io, void *buf, size_t n, uint64_t off)
 {
   struct slow_io *s = (struct slow_io *)io;
+  delay (&g.read_delay);
   return s->below->pread (s->below, buf, n, off);
 }
 
@@ -974,6 +1015,7 @@ slow_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int n,
               uint64_t off)
 {
   struct slow_io *s = (struct slow_io *)io;
+  delay (&g.write_delay);
   return s->below->pwritev (s->below, iov, n, off);
 }
 
@@ -988,7 +1030,7 @@ static int
 slow_flush (struct qcow2_hostio *io)
 {
   struct slow_io *s = (struct slow_io *)io;
-  usleep (5000);
+  delay (&g.flush_delay);
   return s->below->flush (s->below);
 }
 
@@ -998,11 +1040,145 @@ slow_close (struct qcow2_hostio *io)
   free (io);
 }
 
-/* Is guest cluster 'c' thread t's? */
-static bool
-owns (unsigned t, uint64_t c)
+/* Which thread's is guest byte 'b'? */
+static unsigned
+owner_of (uint64_t b)
 {
-  return c % GROUP_THREADS == t;
+  if (b < g.shared_end)
+    return b / UNIT % GROUP_THREADS;
+  return b / g.cs % GROUP_THREADS;
+}
+
+/* parallel: the byte a write of version v (0-7) puts at guest offset
+ * p: different at every offset of a cluster and for every version, so
+ * that a read finding another cluster's data (a reused cluster) sees
+ * values nobody wrote there.
+ */
+static unsigned char
+pat (uint64_t p, unsigned v)
+{
+  uint64_t h = (p + 1) * 0x9e3779b97f4a7c15ULL;
+  return (unsigned char)((h >> 56) + v * 37);
+}
+
+#define ALLOW_ZERO (1u << 8)
+
+static void
+allow (uint64_t off, uint64_t len, unsigned bit)
+{
+  uint64_t j;
+
+  for (j = off; j < off + len; ++j)
+    __atomic_fetch_or (&g.allowed[j], (uint16_t)bit, __ATOMIC_RELAXED);
+}
+
+/* May a reader see byte 'c' at guest offset p? */
+static bool
+allowed (uint64_t p, unsigned char c)
+{
+  unsigned a = __atomic_load_n (&g.allowed[p], __ATOMIC_RELAXED), v;
+
+  if (c == g.initial_disk[p] || (c == 0 && (a & ALLOW_ZERO)))
+    return true;
+  for (v = 0; v < 8; ++v)
+    if ((a & (1u << v)) && pat (p, v) == c)
+      return true;
+  return false;
+}
+
+/* parallel: one change by thread t, modelled in g.ref (only t changes
+ * its bytes, so the model is exact).  Half in the shared clusters: a
+ * piece of one of t's units, written or zeroed (every thread writes
+ * these clusters at once: partial writes fill around themselves with
+ * what the others wrote, so a missing claim loses updates).  Half in
+ * t's own clusters: written (partly or whole), zeroed whole (keeping or
+ * releasing the cluster) or discarded, so clusters are freed and
+ * reallocated while other requests run.
+ */
+static void
+parallel_op (struct gthread *th, struct gop *op, unsigned char *data)
+{
+  const unsigned t = th->id;
+  struct qcow2_error err;
+  unsigned kind = rand_r (&th->seed) % 10, v = rand_r (&th->seed) % 8;
+  uint64_t j;
+  int r;
+
+  if (rand_r (&th->seed) % 2)
+    {
+      uint64_t units = g.shared_end / UNIT / GROUP_THREADS;
+      uint64_t u = (rnd64 (&th->seed) % units) * GROUP_THREADS + t;
+      op->len = 1 + rand_r (&th->seed) % UNIT;
+      op->off = u * UNIT + rand_r (&th->seed) % (UNIT - op->len + 1);
+      kind = kind < 7 ? 0 : 1; /* write, zero */
+    }
+  else
+    {
+      uint64_t own = (g.nclusters - g.shared_end / g.cs) / GROUP_THREADS;
+      uint64_t c = g.shared_end / g.cs + (rnd64 (&th->seed) % own)
+                   * GROUP_THREADS;
+      c += (t + GROUP_THREADS - c % GROUP_THREADS) % GROUP_THREADS;
+      CHECK (c < g.nclusters && owner_of (c * g.cs) == t);
+      op->len = kind < 3 ? 1 + rand_r (&th->seed) % g.cs : g.cs;
+      op->off = c * g.cs + rand_r (&th->seed) % (g.cs - op->len + 1);
+      kind = kind < 6 ? 0 : kind < 8 ? 1 : 2; /* write, zero, discard */
+    }
+  if (kind == 0)
+    {
+      for (j = 0; j < op->len; ++j)
+        data[j] = pat (op->off + j, v);
+      allow (op->off, op->len, 1u << v);
+      if (qcow2_pwrite (g.img, data, op->len, op->off, &err) == -1)
+        die ("thread %u: write: %s", t, err.msg);
+      memcpy (g.ref + op->off, data, op->len);
+      return;
+    }
+  allow (op->off, op->len, ALLOW_ZERO);
+  if (kind == 2)
+    r = qcow2_discard (g.img, op->len, op->off, &err);
+  else
+    {
+      unsigned flags = rand_r (&th->seed) % 4;
+      r = qcow2_zero (g.img, op->len, op->off,
+                      (flags & 1 ? QCOW2_ZERO_MAY_UNMAP : 0)
+                          | (flags & 2 ? QCOW2_ZERO_FAST : 0),
+                      &err);
+      if (r == -1 && err.errnum == ENOTSUP && (flags & 2))
+        return; /* a fast zero that would write: nothing changed */
+    }
+  if (r == -1)
+    die ("thread %u: %s: %s", t, kind == 2 ? "discard" : "zero", err.msg);
+  memset (g.ref + op->off, 0, op->len);
+}
+
+/* parallel: read random ranges while the writers run; every byte must
+ * be one some writer put there (or the value before). 
+ */
+static void *
+reader (void *arg)
+{
+  unsigned seed = *(unsigned *)arg, n = 0;
+  unsigned char *buf = malloc (2 * g.cs);
+  struct qcow2_error err;
+
+  CHECK (buf);
+  while (!__atomic_load_n (&g.stop_readers, __ATOMIC_ACQUIRE) || n < 20)
+    {
+      uint64_t len = 1 + rand_r (&seed) % (2 * g.cs);
+      uint64_t off = rnd64 (&seed) % (g.size - len + 1), j;
+
+      if (qcow2_pread (g.img, buf, len, off, &err) == -1)
+        die ("reader: %s", err.msg);
+      for (j = 0; j < len; ++j)
+        if (!allowed (off + j, buf[j]))
+          die ("reader: guest byte %#" PRIx64 " reads %#x, which no writer "
+               "wrote there",
+               off + j, buf[j]);
+      n++;
+    }
+  free (buf);
+  *(unsigned *)arg = n;
+  return NULL;
 }
 
 static void *
@@ -1025,11 +1201,19 @@ group_worker (void *arg)
           op->flush = true;
           op->stable = malloc (g.size);
           CHECK (op->stable);
-          for (c = th->id; c < g.nclusters; c += GROUP_THREADS)
-            memcpy (op->stable + c * g.cs, g.ref + c * g.cs, g.cs);
+          for (c = 0; c < g.size; ++c)
+            if (owner_of (c) == th->id)
+              op->stable[c] = g.ref[c];
           if (qcow2_flush (g.img, &err) == -1)
             die ("thread %u: flush: %s", th->id, err.msg);
           __atomic_add_fetch (&g.flush_calls, 1, __ATOMIC_RELAXED);
+        }
+      else if (g.parallel)
+        {
+          parallel_op (th, op, data);
+          if (qcow2_pread (g.img, got, op->len, op->off, &err) == -1
+              || memcmp (got, g.ref + op->off, op->len) != 0)
+            die ("thread %u: reading back its change failed", th->id);
         }
       else
         {
@@ -1087,7 +1271,7 @@ check_group_image (const unsigned char *file, size_t len, struct gthread *th,
         if (!th[t].ops[i].flush)
           memset (unstable + th[t].ops[i].off, 1, th[t].ops[i].len);
       for (j = 0; j < g.size; ++j)
-        if (owns (t, j / g.cs) && !unstable[j] && disk[j] != stable[j])
+        if (owner_of (j) == t && !unstable[j] && disk[j] != stable[j])
           die ("%s: thread %u's flushed byte %#" PRIx64 " reads %#x, "
                "expected %#x (crash after event %zu)",
                name, t, j, disk[j], stable[j], upto);
@@ -1099,7 +1283,7 @@ check_group_image (const unsigned char *file, size_t len, struct gthread *th,
 }
 
 static void
-test_group (char *argv[])
+test_group (char *argv[], bool parallel)
 {
   const char *path = argv[2], *dir = argv[3];
   unsigned seed = strtoul (argv[4], NULL, 0);
@@ -1110,7 +1294,8 @@ test_group (char *argv[])
   struct qcow2_hostio *mem;
   struct slow_io *slow = calloc (1, sizeof *slow);
   struct gthread *th = calloc (GROUP_THREADS, sizeof *th);
-  pthread_t tid[GROUP_THREADS];
+  pthread_t tid[GROUP_THREADS], rtid[2];
+  unsigned rseed[2] = { seed * 7 + 1, seed * 7 + 2 };
   unsigned char *initial;
   size_t initial_len, nev, i, syncs = 0;
   uint64_t commits;
@@ -1140,6 +1325,19 @@ test_group (char *argv[])
   if (qcow2_pread (g.img, g.ref, g.size, 0, &err) == -1)
     die ("initial read: %s", err.msg);
   memcpy (g.initial_disk, g.ref, g.size);
+  g.flush_delay = 5000;
+  g.parallel = parallel;
+  if (parallel)
+    {
+      /* 4 clusters shared by every thread, at least 4 units each. */
+      g.shared_end = 4 * (g.cs > 4 * UNIT ? g.cs : 4 * UNIT);
+      g.allowed = calloc (g.size, sizeof *g.allowed);
+      CHECK (g.allowed && g.shared_end + 4 * GROUP_THREADS * g.cs <= g.size);
+      g.write_delay = 300;
+      g.read_delay = 100;
+      for (t = 0; t < 2; ++t)
+        pthread_create (&rtid[t], NULL, reader, &rseed[t]);
+    }
 
   for (t = 0; t < GROUP_THREADS; ++t)
     {
@@ -1149,6 +1347,13 @@ test_group (char *argv[])
     }
   for (t = 0; t < GROUP_THREADS; ++t)
     pthread_join (tid[t], NULL);
+  if (parallel)
+    {
+      __atomic_store_n (&g.stop_readers, 1, __ATOMIC_RELEASE);
+      for (t = 0; t < 2; ++t)
+        pthread_join (rtid[t], NULL);
+      g.write_delay = g.read_delay = 0;
+    }
   wt_verify (&(struct wtest){ .img = g.img, .ref = g.ref }, 0, g.size,
              "after the threads");
 
@@ -1189,9 +1394,348 @@ test_group (char *argv[])
   free (initial);
   free (g.ref);
   free (g.initial_disk);
-  printf ("ok: group %s: %u flush calls, %" PRIu64 " commits, %zu "
-          "fdatasyncs, %zu events, %u images\n",
-          path, g.flush_calls, commits, syncs, nev, nimages);
+  free (g.allowed);
+  printf ("ok: %s %s: %u flush calls, %" PRIu64 " commits, %zu "
+          "fdatasyncs, %zu events, %u images",
+          parallel ? "parallel" : "group", path, g.flush_calls, commits, syncs,
+          nev, nimages);
+  if (parallel)
+    printf (", %u + %u concurrent reads", rseed[0], rseed[1]);
+  printf ("\n");
+}
+
+/* ---- parallel: the reuse barrier, claims, concurrency ---- */
+
+/* A writable image on a slow memory copy of 'path' (no recording). */
+static struct qcow2_image *
+open_slow_copy (const char *path, struct slow_io **slowp,
+                struct qcow2_hostio **memp, unsigned char **filep)
+{
+  struct qcow2_open_options opts = { .writable = true };
+  struct qcow2_error err;
+  struct slow_io *slow = calloc (1, sizeof *slow);
+  size_t len;
+  struct qcow2_image *img;
+
+  CHECK (slow);
+  *filep = slurp (path, &len);
+  *memp = qcow2_hostio_mem_rw (*filep, len, 0, false);
+  slow->below = *memp;
+  slow->io = **memp;
+  slow->io.pread = slow_pread;
+  slow->io.get_size = slow_get_size;
+  slow->io.pwritev = slow_pwritev;
+  slow->io.zero = slow_zero;
+  slow->io.flush = slow_flush;
+  slow->io.close = slow_close;
+  img = qcow2_open (&slow->io, &opts, &err);
+  if (img == NULL)
+    die ("%s: %s", path, err.msg);
+  *slowp = slow;
+  g.img = img;
+  g.cs = qcow2_get_cluster_size (img);
+  g.size = qcow2_get_size (img);
+  g.nclusters = g.size / g.cs;
+  return img;
+}
+
+static void
+close_slow_copy (struct slow_io *slow, struct qcow2_hostio *mem,
+                 unsigned char *file)
+{
+  struct qcow2_error err;
+
+  if (qcow2_close_err (g.img, &err) == -1)
+    die ("close: %s", err.msg);
+  g.img = NULL;
+  qcow2_hostio_close (&slow->io);
+  qcow2_hostio_close (mem);
+  free (file);
+}
+
+static void
+fill_pattern (unsigned char *buf, uint64_t off, uint64_t len, unsigned v)
+{
+  uint64_t j;
+
+  for (j = 0; j < len; ++j)
+    buf[j] = pat (off + j, v);
+}
+
+static void
+expect_pattern (uint64_t off, uint64_t len, int v, const char *what)
+{
+  unsigned char *buf = malloc (len), *want = malloc (len);
+  struct qcow2_error err;
+
+  CHECK (buf && want);
+  if (v < 0)
+    memset (want, 0, len);
+  else
+    fill_pattern (want, off, len, v);
+  if (qcow2_pread (g.img, buf, len, off, &err) == -1)
+    die ("%s: read: %s", what, err.msg);
+  if (memcmp (buf, want, len) != 0)
+    die ("%s: guest %#" PRIx64 "+%" PRIu64 " does not read as expected", what,
+         off, len);
+  free (buf);
+  free (want);
+}
+
+struct late
+{
+  uint64_t off;
+  unsigned char *buf;
+  int done;
+};
+
+static void *
+late_reader (void *arg)
+{
+  struct late *l = arg;
+  struct qcow2_error err;
+
+  if (qcow2_pread (g.img, l->buf, g.cs, l->off, &err) == -1)
+    die ("late reader: %s", err.msg);
+  __atomic_store_n (&l->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void *
+late_writer (void *arg)
+{
+  struct late *l = arg;
+  struct qcow2_error err;
+
+  if (qcow2_pwrite (g.img, l->buf, g.cs, l->off, &err) == -1)
+    die ("late writer: %s", err.msg);
+  __atomic_store_n (&l->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Wait until a request of another thread sleeps in the hostio. */
+static void
+wait_for_sleeper (void)
+{
+  while (__atomic_load_n (&slow_calls, __ATOMIC_ACQUIRE) == 0)
+    usleep (1000);
+}
+
+/* A reader looks up cluster A, then its data read is slow; meanwhile A
+ * is discarded, committed (its host cluster freed) and B written, on a
+ * compact image where B takes the most recently freed cluster.  The
+ * late read must still see A's data (or zeroes): with the reuse barrier
+ * the freed cluster is held back until the reader ends.  Returns
+ * whether the reader saw something else (B's data).
+ */
+static bool
+late_read (const char *path)
+{
+  struct slow_io *slow;
+  struct qcow2_hostio *mem;
+  unsigned char *file, *data;
+  struct qcow2_error err;
+  struct late l;
+  pthread_t tid;
+  uint64_t a, b, j;
+  bool zeroes = true, bad;
+
+  open_slow_copy (path, &slow, &mem, &file);
+  CHECK (g.img->alloc_mode == QCOW2_ALLOC_COMPACT);
+  a = 1 * g.cs;
+  b = 7 * g.cs;
+  data = malloc (g.cs);
+  l = (struct late){ .off = a, .buf = malloc (g.cs) };
+  CHECK (data && l.buf);
+  fill_pattern (data, a, g.cs, 1);
+  OK (qcow2_pwrite (g.img, data, g.cs, a, &err));
+  OK (qcow2_flush (g.img, &err));
+
+  __atomic_store_n (&slow_calls, 0, __ATOMIC_RELEASE);
+  g.read_delay = 300000;
+  pthread_create (&tid, NULL, late_reader, &l);
+  wait_for_sleeper ();
+  g.read_delay = 0;
+  OK (qcow2_discard (g.img, g.cs, a, &err));
+  OK (qcow2_flush (g.img, &err));
+  fill_pattern (data, b, g.cs, 2);
+  OK (qcow2_pwrite (g.img, data, g.cs, b, &err));
+  OK (qcow2_flush (g.img, &err));
+  CHECK (!__atomic_load_n (&l.done, __ATOMIC_ACQUIRE));
+  pthread_join (tid, NULL);
+
+  fill_pattern (data, a, g.cs, 1);
+  for (j = 0; j < g.cs; ++j)
+    zeroes &= l.buf[j] == 0;
+  bad = !zeroes && memcmp (l.buf, data, g.cs) != 0;
+  if (!bad)
+    {
+      expect_pattern (a, g.cs, -1, "late read: A after the discard");
+      expect_pattern (b, g.cs, 2, "late read: B");
+    }
+  free (data);
+  free (l.buf);
+  close_slow_copy (slow, mem, file);
+  return bad;
+}
+
+/* A write in place to cluster A is slow; a discard of A meanwhile must
+ * wait for it (the claim), so that A's cluster, freed by the discard,
+ * reused for B, never gets the late write.
+ */
+static void
+late_write (const char *path)
+{
+  struct slow_io *slow;
+  struct qcow2_hostio *mem;
+  unsigned char *file, *data;
+  struct qcow2_error err;
+  struct late l;
+  pthread_t tid;
+  uint64_t a, b;
+
+  open_slow_copy (path, &slow, &mem, &file);
+  a = 2 * g.cs;
+  b = 9 * g.cs;
+  data = malloc (g.cs);
+  l = (struct late){ .off = a, .buf = malloc (g.cs) };
+  CHECK (data && l.buf);
+  fill_pattern (data, a, g.cs, 1);
+  OK (qcow2_pwrite (g.img, data, g.cs, a, &err));
+  OK (qcow2_flush (g.img, &err));
+
+  fill_pattern (l.buf, a, g.cs, 3); /* in place: A is ours alone */
+  __atomic_store_n (&slow_calls, 0, __ATOMIC_RELEASE);
+  g.write_delay = 300000;
+  pthread_create (&tid, NULL, late_writer, &l);
+  wait_for_sleeper ();
+  g.write_delay = 0;
+  OK (qcow2_discard (g.img, g.cs, a, &err));
+  if (!__atomic_load_n (&l.done, __ATOMIC_ACQUIRE))
+    die ("late write: the discard of a cluster did not wait for a write "
+         "to it");
+  OK (qcow2_flush (g.img, &err));
+  fill_pattern (data, b, g.cs, 2);
+  OK (qcow2_pwrite (g.img, data, g.cs, b, &err));
+  OK (qcow2_flush (g.img, &err));
+  pthread_join (tid, NULL);
+  expect_pattern (a, g.cs, -1, "late write: A after the discard");
+  expect_pattern (b, g.cs, 2, "late write: B");
+  free (data);
+  free (l.buf);
+  close_slow_copy (slow, mem, file);
+}
+
+struct speed
+{
+  uint64_t first, n;
+};
+
+static void *
+speed_writer (void *arg)
+{
+  struct speed *sp = arg;
+  unsigned char *data = malloc (g.cs);
+  struct qcow2_error err;
+  uint64_t c;
+
+  CHECK (data);
+  for (c = sp->first; c < sp->first + sp->n; ++c)
+    {
+      fill_pattern (data, c * g.cs, g.cs, 5);
+      if (qcow2_pwrite (g.img, data, g.cs, c * g.cs, &err) == -1)
+        die ("speed writer: %s", err.msg);
+    }
+  free (data);
+  return NULL;
+}
+
+static double
+now (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* 4 threads writing different (new) clusters over a hostio whose
+ * writes take 10 ms must take well under the time one thread takes for
+ * as many: nothing serializes the data writes.
+ */
+static void
+speedup (const char *path)
+{
+  const uint64_t per = 6;
+  struct slow_io *slow;
+  struct qcow2_hostio *mem;
+  unsigned char *file;
+  struct speed sp[GROUP_THREADS];
+  pthread_t tid[GROUP_THREADS];
+  double t0, serial, par;
+  unsigned t;
+
+  open_slow_copy (path, &slow, &mem, &file);
+  CHECK (g.nclusters >= 2 * per * GROUP_THREADS);
+  g.write_delay = 10000;
+  sp[0] = (struct speed){ 0, per * GROUP_THREADS };
+  t0 = now ();
+  speed_writer (&sp[0]);
+  serial = now () - t0;
+  t0 = now ();
+  for (t = 0; t < GROUP_THREADS; ++t)
+    {
+      sp[t] = (struct speed){ (GROUP_THREADS + t) * per, per };
+      pthread_create (&tid[t], NULL, speed_writer, &sp[t]);
+    }
+  for (t = 0; t < GROUP_THREADS; ++t)
+    pthread_join (tid[t], NULL);
+  par = now () - t0;
+  g.write_delay = 0;
+  expect_pattern (0, 2 * per * GROUP_THREADS * g.cs, 5, "speedup");
+  close_slow_copy (slow, mem, file);
+  printf ("ok: speedup %s: %" PRIu64 " cluster writes, 1 thread %.3f s, "
+          "%u threads %.3f s (ratio %.2f)\n",
+          path, per * GROUP_THREADS, serial, GROUP_THREADS, par, par / serial);
+  if (par >= 0.6 * serial)
+    die ("%u threads writing different clusters took %.2f of the time one "
+         "thread takes: requests do not run in parallel",
+         GROUP_THREADS, par / serial);
+}
+
+static void
+test_parallel (char *argv[])
+{
+  const char *path = argv[2];
+
+  test_group (argv, true);
+  late_write (path);
+  printf ("ok: late write %s: a discard waits for a write to its cluster\n",
+          path);
+  if (late_read (path))
+    die ("late read %s: a read racing a discard saw data of a cluster "
+         "written after the discard (freed cluster reused too early)",
+         path);
+  printf ("ok: late read %s: a freed cluster is not reused under a read\n",
+          path);
+  speedup (path);
+}
+
+/* The barrier off: the late read must see the reused cluster, else the
+ * test above proves nothing.
+ */
+static int
+test_barrier_off (const char *path)
+{
+  qcow2_test_no_reuse_barrier = true;
+  if (!late_read (path))
+    die ("barrier-off %s: the late read did not notice the missing reuse "
+         "barrier",
+         path);
+  printf ("ok: barrier-off %s: without the barrier the late read saw "
+          "another cluster's data\n",
+          path);
+  return 0;
 }
 
 /* ---- failures ---- */
@@ -1451,7 +1995,11 @@ main (int argc, char *argv[])
   else if (argc == 5 && strcmp (argv[1], "shuffle") == 0)
     test_shuffle (argv);
   else if (argc == 6 && strcmp (argv[1], "group") == 0)
-    test_group (argv);
+    test_group (argv, false);
+  else if (argc == 6 && strcmp (argv[1], "parallel") == 0)
+    test_parallel (argv);
+  else if (argc == 3 && strcmp (argv[1], "barrier-off") == 0)
+    return test_barrier_off (argv[2]);
   else if (argc == 3 && strcmp (argv[1], "openw") == 0)
     return test_openw (argv[2]);
   else if (argc == 6 && strcmp (argv[1], "fault") == 0)
@@ -1460,7 +2008,8 @@ main (int argc, char *argv[])
     die ("usage: %s hostio DIR | refcount IMAGE LIST | write IMAGE OUT SEED "
          "OPS [L2-CACHE [BACKING]] | crash IMAGE DIR SEED OPS IMAGES | create "
          "IMAGE SIZE CLUSTER-BITS REFCOUNT-BITS linear|compact | shuffle "
-         "IMAGE OUT SEED | group IMAGE DIR SEED IMAGES | openw IMAGE | fault "
+         "IMAGE OUT SEED | group IMAGE DIR SEED IMAGES | parallel IMAGE DIR "
+         "SEED IMAGES | barrier-off IMAGE | openw IMAGE | fault "
          "IMAGE DIR SEED IMAGES",
          argv[0]);
   return 0;
