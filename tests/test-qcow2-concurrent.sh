@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Parallel requests in the qcow2 library (see lib/WRITING.md, "Locking"):
-# 4 threads write, zero and discard, half of it in 4 clusters they all
+# 4 threads write, zero and discard, half of it in clusters they all
 # share (different bytes of the same clusters), half in clusters of
 # their own (freed and reallocated under load), and flush, over a
 # recording hostio with slow writes and flushes, while 2 readers check
