@@ -19,7 +19,7 @@ clang -fsanitize=thread -g -O1 -I "$abs_top_builddir" -I "$src/lib" \
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1"
 unset LD_PRELOAD
 n=0
-for opts in cluster_size=4k compat=0.10,cluster_size=512,refcount_bits=64; do
+for opts in cluster_size=4k compat=0.10,cluster_size=1k; do
   n=$((n + 1))
   "$QEMU_IMG" create -q -f qcow2 -o $opts t$n.qcow2 512k
   mkdir g$n.d p$n.d

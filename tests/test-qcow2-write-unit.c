@@ -1672,7 +1672,7 @@ now (void)
 }
 
 /* 4 threads writing different (new) clusters over a hostio whose
- * writes take 10 ms must take well under the time one thread takes for
+ * writes take 20 ms must take well under the time one thread takes for
  * as many: nothing serializes the data writes.
  */
 static void
@@ -1689,7 +1689,7 @@ speedup (const char *path)
 
   open_slow_copy (path, &slow, &mem, &file);
   CHECK (g.nclusters >= 2 * per * GROUP_THREADS);
-  g.write_delay = 10000;
+  g.write_delay = 20000;
   sp[0] = (struct speed){ 0, per * GROUP_THREADS };
   t0 = now ();
   speed_writer (&sp[0]);
