@@ -359,6 +359,8 @@ qcow2_apply_deferred (struct qcow2_image *img, struct qcow2_error *err)
           qcow2_alloc_reuse (img, cl);
         }
     }
+  if (n == 0)
+    return 0;
   memmove (img->deferred, img->deferred + n,
            (img->ndeferred - n) * sizeof *img->deferred);
   img->ndeferred -= n;
