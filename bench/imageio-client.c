@@ -32,6 +32,7 @@
 #include <libnbd.h>
 
 #include "align.h"
+#include "parse-size-arg.h"
 
 static const char *src_path, *uri;
 static int src_fd;
@@ -43,38 +44,6 @@ static void
 die_nbd (const char *what)
 {
   fprintf (stderr, "imageio-client: %s: %s\n", what, nbd_get_error ());
-  exit (EXIT_FAILURE);
-}
-
-static uint64_t
-parse_size (const char *s)
-{
-  char *end;
-  uint64_t v;
-
-  errno = 0;
-  v = strtoull (s, &end, 0);
-  if (errno || end == s)
-    goto bad;
-  switch (*end)
-    {
-    case 'k':
-    case 'K':
-      v <<= 10, end++;
-      break;
-    case 'm':
-    case 'M':
-      v <<= 20, end++;
-      break;
-    case 'g':
-    case 'G':
-      v <<= 30, end++;
-      break;
-    }
-  if (*end == '\0' && v > 0)
-    return v;
-bad:
-  fprintf (stderr, "imageio-client: bad size: %s\n", s);
   exit (EXIT_FAILURE);
 }
 
@@ -187,16 +156,16 @@ main (int argc, char *argv[])
       switch (c)
         {
         case 'c':
-          conns = parse_size (optarg);
+          conns = parse_size_arg ("imageio-client", optarg, 1);
           break;
         case 'r':
-          region_size = parse_size (optarg);
+          region_size = parse_size_arg ("imageio-client", optarg, 1);
           break;
         case 'w':
-          write_size = parse_size (optarg);
+          write_size = parse_size_arg ("imageio-client", optarg, 1);
           break;
         case 'z':
-          zero_size = parse_size (optarg);
+          zero_size = parse_size_arg ("imageio-client", optarg, 1);
           break;
         default:
           fprintf (c == 'h' ? stdout : stderr,

@@ -35,6 +35,7 @@
 #include <libnbd.h>
 
 #include "align.h"
+#include "parse-size-arg.h"
 
 struct pass
 {
@@ -64,45 +65,6 @@ usage (FILE *f)
               "[-p PASSES] [--fua | --flush-each] URI\n");
 }
 
-static uint64_t
-parse_size (const char *s)
-{
-  char *end;
-  uint64_t v;
-
-  errno = 0;
-  v = strtoull (s, &end, 0);
-  if (errno || end == s)
-    {
-      fprintf (stderr, "smallwrites: bad size: %s\n", s);
-      exit (EXIT_FAILURE);
-    }
-  switch (*end)
-    {
-    case 'k':
-    case 'K':
-      v <<= 10;
-      end++;
-      break;
-    case 'm':
-    case 'M':
-      v <<= 20;
-      end++;
-      break;
-    case 'g':
-    case 'G':
-      v <<= 30;
-      end++;
-      break;
-    }
-  if (*end)
-    {
-      fprintf (stderr, "smallwrites: bad size: %s\n", s);
-      exit (EXIT_FAILURE);
-    }
-  return v;
-}
-
 int
 main (int argc, char *argv[])
 {
@@ -130,16 +92,16 @@ main (int argc, char *argv[])
       switch (c)
         {
         case 'n':
-          count = parse_size (optarg);
+          count = parse_size_arg ("smallwrites", optarg, 0);
           break;
         case 's':
-          size = parse_size (optarg);
+          size = parse_size_arg ("smallwrites", optarg, 0);
           break;
         case 'o':
-          offset = parse_size (optarg);
+          offset = parse_size_arg ("smallwrites", optarg, 0);
           break;
         case 'p':
-          passes = parse_size (optarg);
+          passes = parse_size_arg ("smallwrites", optarg, 0);
           break;
         case OPT_FUA:
           fua = true;
