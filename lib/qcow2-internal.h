@@ -427,12 +427,12 @@ extern int qcow2_check_change (struct qcow2_image *img, uint64_t count,
  */
 extern int qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
                                    struct l2_ref *ref, struct qcow2_error *err);
-/* WITHOUT the lock, in a registered request that claimed the cluster:
- * write [off, off+n), inside one cluster.  0 or -1 (committing itself
- * when the cache is full of dirty tables).
+/* WITHOUT the lock, in a registered request that claimed the range:
+ * write [off, off+count) from data.  0 or -1 (committing itself when
+ * the cache is full of dirty tables).
  */
-extern int qcow2_write_cluster (struct qcow2_image *img, const char *data,
-                                uint64_t off, uint64_t n,
+extern int qcow2_write_claimed (struct qcow2_image *img, const char *data,
+                                uint64_t off, uint64_t count,
                                 struct qcow2_error *err);
 /* Drop, after the next commit, the host references of L2 entry 'e'
  * (of a COPIED cluster too if 'copied').

@@ -182,78 +182,91 @@ io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
   return -1;
 }
 
-/* Write [off, off+n) (inside one cluster) from 'data', without the
- * lock, the cluster claimed: 0 or -1.
+/* One guest cluster of a run being written: where its bytes go on the
+ * host, and what to link once they are there.
  */
-int
-qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
-                     uint64_t n, struct qcow2_error *err)
+enum slot_kind
 {
-  const uint64_t cs = img->cluster_size;
-  const uint64_t in = off & (cs - 1), gstart = off - in;
+  OVERWRITE, /* ours alone and all data: the bytes only, no link */
+  NEW,       /* a new cluster: the whole cluster, then the entry */
+  IN_PLACE,  /* ours alone but not all data: the whole cluster, then
+              * the entry says it is all data */
+};
+
+struct wslot
+{
+  enum slot_kind kind;
+  uint64_t off, n;     /* the request's guest bytes in this cluster */
+  uint64_t host;       /* host offset of the cluster */
+  struct l2_ref ref;   /* NEW, IN_PLACE: held until linked */
+  uint64_t *ent;       /* its L2 entry in ref's table */
+  uint64_t e, bm;      /* the entry (and bitmap) when it was prepared */
+  unsigned char *fill; /* NEW, IN_PLACE, partly covered: the cluster as
+                        * the guest reads it now */
+};
+
+/* Host bytes a slot writes: [slot_start, slot_end). */
+static uint64_t
+slot_start (const struct qcow2_image *img, const struct wslot *s)
+{
+  return s->host
+         + (s->kind == OVERWRITE ? s->off & (img->cluster_size - 1) : 0);
+}
+
+static uint64_t
+slot_end (const struct qcow2_image *img, const struct wslot *s)
+{
+  return s->kind == OVERWRITE ? slot_start (img, s) + s->n
+                              : s->host + img->cluster_size;
+}
+
+/* Under the lock: decide where [off, off+n) (inside one cluster) goes,
+ * allocating a cluster if it needs one.  0, RETRY (nothing changed:
+ * every cache slot is dirty, commit first) or -1.
+ */
+static int
+prepare_slot (struct qcow2_image *img, uint64_t off, uint64_t n,
+              struct wslot *s, struct qcow2_error *err)
+{
   const uint64_t l1_idx = off >> (img->cluster_bits + img->l2_bits);
   const uint64_t l2_idx
       = (off >> img->cluster_bits) & ((1ULL << img->l2_bits) - 1);
-  struct l2_ref ref;
-  uint64_t *ent, e, bm, host, c, v;
-  unsigned char *fill = NULL;
-  struct iovec iov[3];
-  bool in_place = false;
-  int niov = 0, r;
+  uint64_t c, v;
+  int r;
 
-  /* 1. Under the lock: the entry, and where the data goes. */
-  for (;;)
-    {
-      pthread_rwlock_wrlock (&img->lock);
-      if (img_failed (img))
-        {
-          pthread_rwlock_unlock (&img->lock);
-          return failed_image (img, err);
-        }
-      r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
-      if (r != RETRY)
-        break;
-      /* Every slot is dirty: let a commit clean them.  Nothing of this
-       * cluster has changed yet.
-       */
-      pthread_rwlock_unlock (&img->lock);
-      if (qcow2_commit (img, err) == -1)
-        return -1;
-    }
-  if (r == -1)
-    {
-      pthread_rwlock_unlock (&img->lock);
-      return -1;
-    }
-  r = -1;
-  ent = (uint64_t *)((char *)ref.table + l2_idx * img->l2_entry_bytes);
-  e = get_be64 (ent);
-  bm = img->ext_l2 ? get_be64 (ent + 1) : 0;
-  host = e & L2E_OFFSET_MASK;
+  if (img_failed (img))
+    return failed_image (img, err);
+  r = qcow2_get_l2_for_write (img, l1_idx, &s->ref, err);
+  if (r != 0)
+    return r;
+  s->off = off;
+  s->n = n;
+  s->fill = NULL;
+  s->ent = (uint64_t *)((char *)s->ref.table + l2_idx * img->l2_entry_bytes);
+  s->e = get_be64 (s->ent);
+  s->bm = img->ext_l2 ? get_be64 (s->ent + 1) : 0;
+  s->host = s->e & L2E_OFFSET_MASK;
 
-  if (!(e & OFLAG_COMPRESSED) && host && (e & OFLAG_COPIED))
+  if (!(s->e & OFLAG_COMPRESSED) && s->host && (s->e & OFLAG_COPIED))
     {
-      if (qcow2_check_data_cluster (img, host, off, err) == -1
-          || qcow2_rc_get (img, host >> img->cluster_bits, &v, err) == -1)
-        goto out_locked;
+      if (qcow2_check_data_cluster (img, s->host, off, err) == -1
+          || qcow2_rc_get (img, s->host >> img->cluster_bits, &v, err) == -1)
+        goto fail;
       if (v != 1)
         {
           qcow2_set_error (err, EIO,
                            "cluster %#" PRIx64 " is marked as ours alone "
                            "(COPIED) but its refcount is %" PRIu64,
-                           host, v);
-          goto out_locked;
+                           s->host, v);
+          goto fail;
         }
-      if (img->ext_l2 ? bm == BITMAP_ALL_ALLOC : !(e & OFLAG_ZERO))
+      if (img->ext_l2 ? s->bm == BITMAP_ALL_ALLOC : !(s->e & OFLAG_ZERO))
         {
           /* The common case of an upload overwriting: data only, and
            * the claim keeps the entry (and so the cluster) ours.
            */
-          l2_cache_put (&ref);
-          pthread_rwlock_unlock (&img->lock);
-          r = qcow2_hostio_pwrite (img->io, data, n, host + in);
-          if (r < 0)
-            return io_error (err, r, "writing data", host + in);
+          s->kind = OVERWRITE;
+          l2_cache_put (&s->ref);
           return 0;
         }
       /* Some of it reads as zeroes or from below (a preallocated zero
@@ -261,80 +274,225 @@ qcow2_write_cluster (struct qcow2_image *img, const char *data, uint64_t off,
        * what the guest reads there, in place, before the entry says it
        * is all data.
        */
-      c = host >> img->cluster_bits;
-      in_place = true;
+      s->kind = IN_PLACE;
+      return 0;
     }
-  else if (qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err)
-           == -1)
-    goto out_locked;
+  if (qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err) == -1)
+    goto fail;
+  s->kind = NEW;
+  s->host = c << img->cluster_bits;
   /* The table slot stays referenced (never evicted) and the L1 entry
    * stays what it is now (qcow2_get_l2_for_write), so 'ent' is still
-   * this cluster's entry at the relink.
+   * this cluster's entry at the link.
    */
-  pthread_rwlock_unlock (&img->lock);
+  return 0;
 
-  /* 2. Without the lock: what the guest reads around the request now
-   * (up to the end of the disk), and the data.
-   */
-  if (n < cs)
+fail:
+  l2_cache_put (&s->ref);
+  return -1;
+}
+
+/* Without the lock: what the guest reads in a partly covered slot's
+ * cluster now (up to the end of the disk).
+ */
+static int
+read_fill (struct qcow2_image *img, struct wslot *s, struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+  const uint64_t gstart = s->off & ~(cs - 1);
+  const uint64_t len = img->size - gstart < cs ? img->size - gstart : cs;
+
+  if (s->kind == OVERWRITE || s->n == cs)
+    return 0;
+  if (posix_memalign ((void **)&s->fill, 4096, cs) != 0)
     {
-      uint64_t len = img->size - gstart < cs ? img->size - gstart : cs;
-
-      if (posix_memalign ((void **)&fill, 4096, cs) != 0)
-        {
-          fill = NULL;
-          qcow2_set_error (err, ENOMEM, "out of memory");
-          goto out_unlocked;
-        }
-      memset (fill + len, 0, cs - len);
-      if (qcow2_pread_unlocked (img, fill, len, gstart, err) == -1)
-        goto out_unlocked;
+      s->fill = NULL;
+      qcow2_set_error (err, ENOMEM, "out of memory");
+      return -1;
     }
-  if (in > 0)
-    iov[niov++] = (struct iovec){ fill, in };
-  iov[niov++] = (struct iovec){ (void *)data, n };
-  if (in + n < cs)
-    iov[niov++] = (struct iovec){ fill + in + n, cs - in - n };
-  r = img->io->pwritev (img->io, iov, niov, c << img->cluster_bits);
-  if (r < 0)
-    {
-      io_error (err, r, "writing data", c << img->cluster_bits);
-      r = -1;
-      goto out_unlocked;
-    }
+  memset (s->fill + len, 0, cs - len);
+  return qcow2_pread_unlocked (img, s->fill, len, gstart, err);
+}
 
-  /* 3. Under the lock: the entry points at the data, which is complete. */
-  r = -1;
-  pthread_rwlock_wrlock (&img->lock);
-  if (get_be64 (ent) != e || (img->ext_l2 && get_be64 (ent + 1) != bm))
+/* Under the lock: point the entry of a written NEW or IN_PLACE slot at
+ * its cluster, and let go of the slot.  0 or -1.
+ */
+static int
+link_slot (struct qcow2_image *img, struct wslot *s, struct qcow2_error *err)
+{
+  int r = -1;
+
+  if (s->kind == OVERWRITE)
+    return 0;
+  if (get_be64 (s->ent) != s->e
+      || (img->ext_l2 && get_be64 (s->ent + 1) != s->bm))
     {
       qcow2_set_error (err, EIO,
                        "the L2 entry of claimed guest offset %#" PRIx64
                        " changed under its write",
-                       off);
-      goto out_locked;
+                       s->off);
+      goto out;
     }
   /* A COPIED cluster was written in place. */
-  if (!in_place && qcow2_free_entry (img, e, false, err) == -1)
-    goto out_locked;
-  put_be64 (ent, (c << img->cluster_bits) | OFLAG_COPIED);
+  if (s->kind == NEW && qcow2_free_entry (img, s->e, false, err) == -1)
+    goto out;
+  put_be64 (s->ent, s->host | OFLAG_COPIED);
   if (img->ext_l2)
-    put_be64 (ent + 1, BITMAP_ALL_ALLOC);
-  l2_cache_mark_dirty (&ref);
+    put_be64 (s->ent + 1, BITMAP_ALL_ALLOC);
+  l2_cache_mark_dirty (&s->ref);
   r = 0;
-out_locked:
-  l2_cache_put (&ref);
+out:
+  l2_cache_put (&s->ref);
+  return r;
+}
+
+/* Under the lock: let go of slots that will not be linked (after an
+ * error; their clusters stay counted: a leak at worst, and the image
+ * fails).
+ */
+static void
+drop_slots (struct wslot *run, unsigned n)
+{
+  unsigned i;
+
+  for (i = 0; i < n; ++i)
+    {
+      if (run[i].kind != OVERWRITE)
+        l2_cache_put (&run[i].ref);
+      free (run[i].fill);
+      run[i].fill = NULL;
+    }
+}
+
+/* Without the lock: the bytes of slots run[0..n), host-contiguous, in
+ * one write.  Only the first slot can start and only the last can end
+ * inside its cluster, and the request's data is contiguous, so three
+ * pieces at most: a fill, the data, a fill.
+ */
+static int
+write_run (struct qcow2_image *img, const char *data, struct wslot *run,
+           unsigned n, struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+  struct wslot *first = &run[0], *last = &run[n - 1];
+  uint64_t in = first->off & (cs - 1), datalen = 0, start, tail;
+  struct iovec iov[3];
+  int niov = 0, r;
+  unsigned i;
+
+  for (i = 0; i < n; ++i)
+    {
+      if (read_fill (img, &run[i], err) == -1)
+        return -1;
+      datalen += run[i].n;
+    }
+  start = slot_start (img, first);
+  if (first->kind != OVERWRITE && in > 0)
+    iov[niov++] = (struct iovec){ first->fill, in };
+  iov[niov++] = (struct iovec){ (void *)data, datalen };
+  tail = (last->off & (cs - 1)) + last->n;
+  if (last->kind != OVERWRITE && tail < cs)
+    iov[niov++] = (struct iovec){ last->fill + tail, cs - tail };
+  r = img->io->pwritev (img->io, iov, niov, start);
+  if (r < 0)
+    return io_error (err, r, "writing data", start);
+  return 0;
+}
+
+/* Write [off, off+count) from 'data', the range claimed, without the
+ * lock held: 0 or -1 (committing itself when the cache is full of
+ * dirty tables).  Clusters are prepared under the lock a run at a time,
+ * as long as their host bytes continue one another (the linear layout
+ * places a whole L2 table's clusters in guest order; an upload
+ * overwrites or fills them in order), so a large request is one host
+ * write, whatever the cluster size.
+ */
+#define RUN_MAX 256
+
+int
+qcow2_write_claimed (struct qcow2_image *img, const char *data, uint64_t off,
+                     uint64_t count, struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+  struct wslot run[RUN_MAX];
+  unsigned n_run = 0, n_write, i;
+  const char *run_data = data; /* the data of run[0] */
+  int r = 0;
+
+  pthread_rwlock_wrlock (&img->lock);
+  while (count > 0 || n_run > 0)
+    {
+      /* 1. Under the lock: prepare clusters while they continue run[0]'s
+       * host bytes.  A prepared one that does not starts the next run.
+       */
+      n_write = n_run;
+      while (count > 0 && n_run < RUN_MAX && n_write == n_run)
+        {
+          uint64_t n = cs - (off & (cs - 1));
+          if (n > count)
+            n = count;
+          r = prepare_slot (img, off, n, &run[n_run], err);
+          if (r == RETRY && n_run == 0)
+            {
+              /* Every slot is dirty: let a commit clean them.  Nothing
+               * of this cluster has changed yet.
+               */
+              pthread_rwlock_unlock (&img->lock);
+              r = qcow2_commit (img, err);
+              pthread_rwlock_wrlock (&img->lock);
+              if (r == -1)
+                goto fail;
+              continue;
+            }
+          if (r == RETRY)
+            break; /* write what is prepared, then commit if need be */
+          if (r == -1)
+            goto fail;
+          n_run++;
+          off += n;
+          count -= n;
+          if (n_run == 1
+              || slot_start (img, &run[n_run - 1])
+                     == slot_end (img, &run[n_run - 2]))
+            n_write = n_run;
+        }
+      r = 0;
+
+      /* 2. Without the lock: the data (and what the guest reads around
+       * it in new clusters).
+       */
+      pthread_rwlock_unlock (&img->lock);
+      r = write_run (img, run_data, run, n_write, err);
+      pthread_rwlock_wrlock (&img->lock);
+      if (r == -1)
+        goto fail;
+
+      /* 3. Under the lock: the entries point at the data, which is
+       * complete.
+       */
+      for (i = 0; i < n_write; ++i)
+        {
+          r = link_slot (img, &run[i], err);
+          free (run[i].fill);
+          run[i].fill = NULL;
+          if (r == -1)
+            {
+              drop_slots (run + i + 1, n_run - i - 1);
+              goto out;
+            }
+          run_data += run[i].n;
+        }
+      memmove (run, run + n_write, (n_run - n_write) * sizeof run[0]);
+      n_run -= n_write;
+    }
+out:
   pthread_rwlock_unlock (&img->lock);
-  free (fill);
   return r;
 
-out_unlocked:
-  /* c stays counted: a leak at worst, and the image fails anyway. */
-  pthread_rwlock_wrlock (&img->lock);
-  l2_cache_put (&ref);
-  pthread_rwlock_unlock (&img->lock);
-  free (fill);
-  return -1;
+fail:
+  drop_slots (run, n_run);
+  r = -1;
+  goto out;
 }
 
 /* Whether a write or zero of [offset, offset + count) may go ahead:
@@ -374,16 +532,7 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
     return 0;
   qcow2_claim_range (img, &claim, offset, count);
   qcow2_req_begin (img, &req);
-  while (r == 0 && count > 0)
-    {
-      uint64_t n = img->cluster_size - (offset & (img->cluster_size - 1));
-      if (n > count)
-        n = count;
-      r = qcow2_write_cluster (img, p, offset, n, err);
-      p += n;
-      offset += n;
-      count -= n;
-    }
+  r = qcow2_write_claimed (img, p, offset, count, err);
   /* Metadata in memory may be half-changed: refuse further writes
    * rather than commit a guess.
    */

@@ -223,7 +223,7 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
 
   for (i = 0; i < 2; ++i)
     if (edge[i].needed
-        && qcow2_write_cluster (img, (const char *)img->zero_buf, edge[i].lo,
+        && qcow2_write_claimed (img, (const char *)img->zero_buf, edge[i].lo,
                                 edge[i].hi - edge[i].lo, err)
                == -1)
       goto fail;
@@ -256,7 +256,7 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
           uint64_t n = img->size - goff < img->cluster_size ? img->size - goff
                                                             : img->cluster_size;
           pthread_rwlock_unlock (&img->lock);
-          r = qcow2_write_cluster (img, (const char *)img->zero_buf, goff, n,
+          r = qcow2_write_claimed (img, (const char *)img->zero_buf, goff, n,
                                    err);
           pthread_rwlock_wrlock (&img->lock);
         }
