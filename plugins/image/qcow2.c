@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #ifdef HAVE_LINUX_FS_H
@@ -398,6 +399,11 @@ dio_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
 
   if (count == 0)
     return 0;
+  if (s == offset && e == offset + count && (uintptr_t)buf % DIO_ALIGN == 0)
+    {
+      r = dio_read_raw (d, buf, count, offset, &got);
+      return r == 0 && got < count ? -EIO : r;
+    }
   b = get_bounce (e - s, &owned);
   if (b == NULL)
     return -ENOMEM;
@@ -409,6 +415,61 @@ dio_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
   if (owned)
     free (b);
   return r;
+}
+
+/* Whether every piece of a write starts and ends on an alignment
+ * boundary, in memory and on disk: then it needs no bounce buffer.
+ * Requests arrive in nbdkit's buffers (at no particular alignment) or
+ * in a filter's (the coalesce filter's are page-aligned).
+ */
+static bool
+dio_aligned (const struct iovec *iov, int iovcnt, uint64_t offset)
+{
+  int i;
+
+  if (offset % DIO_ALIGN)
+    return false;
+  for (i = 0; i < iovcnt; ++i)
+    if ((uintptr_t)iov[i].iov_base % DIO_ALIGN || iov[i].iov_len % DIO_ALIGN)
+      return false;
+  return true;
+}
+
+/* pwritev all of iov (at most DIO_IOV_MAX pieces), going on after
+ * short writes.
+ */
+#define DIO_IOV_MAX 8
+
+static int
+dio_pwritev_all (int fd, const struct iovec *iov, int iovcnt, uint64_t offset)
+{
+  struct iovec v[DIO_IOV_MAX];
+  int first = 0;
+
+  if (iovcnt > DIO_IOV_MAX)
+    return -EINVAL;
+  memcpy (v, iov, iovcnt * sizeof v[0]);
+  while (first < iovcnt)
+    {
+      ssize_t n = pwritev (fd, v + first, iovcnt - first, offset);
+      if (n == -1)
+        {
+          if (errno == EINTR)
+            continue;
+          return -errno;
+        }
+      if (n == 0)
+        return -ENOSPC;
+      offset += n;
+      while (first < iovcnt && (size_t)n >= v[first].iov_len)
+        n -= v[first++].iov_len;
+      if (first < iovcnt)
+        {
+          v[first].iov_base = (char *)v[first].iov_base + n;
+          v[first].iov_len -= n;
+        }
+    }
+  return 0;
 }
 
 static int
@@ -427,6 +488,8 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
     count += iov[i].iov_len;
   if (count == 0)
     return 0;
+  if (iovcnt <= DIO_IOV_MAX && dio_aligned (iov, iovcnt, offset))
+    return dio_pwritev_all (d->fd, iov, iovcnt, offset);
   s = ROUND_DOWN (offset, DIO_ALIGN);
   e = ROUND_UP (offset + count, DIO_ALIGN);
   head = s != offset;
