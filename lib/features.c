@@ -52,9 +52,16 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
         }
       type = get_be32 (hdr + off);
       len = get_be32 (hdr + off + 4);
-      off += 8;
       if (type == EXT_END)
-        return 0;
+        {
+          /* Where another extension could go (adopt.c): up to the
+           * backing file name or the end of the cluster.
+           */
+          img->ext_end_marker = off;
+          img->ext_room_end = end;
+          return 0;
+        }
+      off += 8;
       if (len > end - off)
         {
           qcow2_set_error (err, EINVAL,

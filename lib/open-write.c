@@ -111,16 +111,41 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
       qcow2_set_error (err, ENOMEM, "out of memory");
       return -1;
     }
-  /* Linear only where create.c laid the image out for it, and never on
-   * a device (which cannot hold a sparse span).
+  /* Linear where the image has the layout (create.c, adopt.c) or can
+   * be given it, and never on a device (which cannot hold a sparse
+   * span).
    */
-  if (img->linear_clusters > 0 && !img->io->fixed_size)
+  img->alloc_mode = QCOW2_ALLOC_COMPACT;
+  if (img->io->fixed_size)
+    {
+      if (opts->layout == QCOW2_LAYOUT_LINEAR)
+        {
+          qcow2_set_error (err, EINVAL,
+                           "the linear layout needs a regular file, not a "
+                           "device");
+          return -1;
+        }
+    }
+  else if (opts->layout != QCOW2_LAYOUT_COMPACT)
+    {
+      if (img->linear_clusters == 0
+          && qcow2_adopt_linear (img, opts->layout == QCOW2_LAYOUT_AUTO, err)
+                 == -1)
+        return -1;
+      if (img->linear_clusters == 0 && opts->layout == QCOW2_LAYOUT_LINEAR)
+        {
+          qcow2_set_error (err, ENOSPC,
+                           "no room in the image header for the linear "
+                           "layout's extension");
+          return -1;
+        }
+    }
+  if (img->linear_clusters > 0 && opts->layout != QCOW2_LAYOUT_COMPACT
+      && !img->io->fixed_size)
     {
       img->alloc_mode = QCOW2_ALLOC_LINEAR;
       img->meta_cursor = 1;
     }
-  else
-    img->alloc_mode = QCOW2_ALLOC_COMPACT;
   return qcow2_alloc_init (img, err);
 }
 

@@ -250,6 +250,11 @@ struct qcow2_image
    * the bump pointer, reusing freed clusters first.
    */
   enum qcow2_alloc_mode alloc_mode;
+  /* The header extensions' end marker, and where the space after it
+   * ends (the backing file name, or the end of cluster 0); 0 if the
+   * extensions have no end marker.
+   */
+  size_t ext_end_marker, ext_room_end;
   uint64_t linear_start, linear_clusters; /* in clusters */
   uint64_t meta_cursor, bump;             /* cluster indexes */
   uint64_t *freed;                        /* reusable cluster indexes */
@@ -339,6 +344,13 @@ extern int qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e,
 /* open-write.c: what a writable open adds (refusals, autoclear bits,
  * refcounts, where allocation starts); closing writes back and flushes.
  */
+/* Give an image without the linear layout the layout (on a regular
+ * file, writable, refcounts loaded), if it is empty or not
+ * 'only_if_empty' and its header has room for the extension: 1 given,
+ * 0 left as it was, -1 error.
+ */
+extern int qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
+                               struct qcow2_error *err);
 extern int qcow2_open_writable (struct qcow2_image *img,
                                 const struct qcow2_open_options *opts,
                                 struct qcow2_error *err);
@@ -374,6 +386,22 @@ extern unsigned qcow2_rc_dirty_blocks (const struct qcow2_image *img);
 extern int qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
                                   struct qcow2_error *err);
 /* Entry 'i' of a refcount block of width 2^order bits. */
+/* Making room ahead for the linear layout (adopt.c).  Clusters one
+ * refcount block covers; grow the table (as qemu does) so that it can
+ * point at blocks for clusters [0, end_cluster); whether the block for
+ * table index idx exists; make it at the first cluster it covers (which
+ * it describes); install empty blocks for table indexes idx[] at
+ * clusters at[] (already claimed), each durable before its entry.
+ */
+extern uint64_t qcow2_rc_block_clusters (const struct qcow2_image *img);
+extern int qcow2_rc_cover (struct qcow2_image *img, uint64_t end_cluster,
+                           struct qcow2_error *err);
+extern bool qcow2_rc_has_block (const struct qcow2_image *img, uint64_t idx);
+extern int qcow2_rc_make_block (struct qcow2_image *img, uint64_t idx,
+                                struct qcow2_error *err);
+extern int qcow2_rc_install_blocks (struct qcow2_image *img,
+                                    const uint64_t *idx, const uint64_t *at,
+                                    size_t n, struct qcow2_error *err);
 extern uint64_t qcow2_rc_entry_get (const void *block, unsigned order,
                                     uint64_t i);
 extern void qcow2_rc_entry_set (void *block, unsigned order, uint64_t i,

@@ -56,8 +56,8 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
      * writer in (no reader takes it twice).
      */
     pthread_rwlockattr_init (&attr);
-    pthread_rwlockattr_setkind_np (&attr,
-                                   PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlockattr_setkind_np (
+        &attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init (&img->lock, &attr);
     pthread_rwlockattr_destroy (&attr);
   }
@@ -71,8 +71,6 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
   if (qcow2_parse_header (img, opts, err) == -1)
     goto fail;
   img->data_file_size = img->file_size;
-  if (opts && opts->writable && qcow2_open_writable (img, opts, err) == -1)
-    goto fail;
 
   if (img->l1_size > 0)
     {
@@ -91,6 +89,9 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
       for (i = 0; i < img->l1_size; ++i)
         img->l1[i] = get_be64 (&img->l1[i]);
     }
+  /* After the L1 table: choosing the layout looks at it. */
+  if (opts && opts->writable && qcow2_open_writable (img, opts, err) == -1)
+    goto fail;
 
   /* The cache is bounded by the option, never by what the header says;
    * slots get their memory on first use.
@@ -171,6 +172,15 @@ uint32_t
 qcow2_get_cluster_size (const struct qcow2_image *img)
 {
   return img->cluster_size;
+}
+
+/* "linear", "compact", or "" when not writable. */
+const char *
+qcow2_layout_name (const struct qcow2_image *img)
+{
+  if (!img->writable)
+    return "";
+  return img->alloc_mode == QCOW2_ALLOC_LINEAR ? "linear" : "compact";
 }
 
 bool

@@ -62,6 +62,19 @@ struct qcow2_open_options
   bool writable;
   /* Refcount blocks to cache when writable; 0 means the default. */
   unsigned refcount_cache_blocks;
+  /* Where new clusters go when writable (lib/WRITING.md, "Allocation"). */
+  enum qcow2_layout
+  {
+    /* Linear on a regular file that has the layout (made by us) or is
+     * empty (it gets the layout now), compact otherwise.
+     */
+    QCOW2_LAYOUT_AUTO,
+    /* Linear on a regular file, given the layout now if it has none
+     * (even with data in it); refused on a device.
+     */
+    QCOW2_LAYOUT_LINEAR,
+    QCOW2_LAYOUT_COMPACT,
+  } layout;
 };
 
 /* Does a file starting with these 'len' bytes claim to be qcow2?  Needs
@@ -113,6 +126,8 @@ extern uint64_t qcow2_get_size (const struct qcow2_image *img);
 extern uint32_t qcow2_get_version (const struct qcow2_image *img);
 extern uint32_t qcow2_get_cluster_size (const struct qcow2_image *img);
 extern bool qcow2_is_dirty (const struct qcow2_image *img);
+/* Where new clusters go: "linear", "compact" ("" when read-only). */
+extern const char *qcow2_layout_name (const struct qcow2_image *img);
 /* NULL when the image has none. */
 extern const char *qcow2_get_backing_file (const struct qcow2_image *img);
 extern const char *qcow2_get_backing_format (const struct qcow2_image *img);

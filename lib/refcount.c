@@ -672,3 +672,85 @@ qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
     }
   return 0;
 }
+
+/* ---- Making room ahead (adopt.c) ---- */
+
+uint64_t
+qcow2_rc_block_clusters (const struct qcow2_image *img)
+{
+  return 1ULL << img->rc->block_bits;
+}
+
+int
+qcow2_rc_cover (struct qcow2_image *img, uint64_t end_cluster,
+                struct qcow2_error *err)
+{
+  uint64_t need
+      = end_cluster == 0 ? 0 : (end_cluster - 1) >> img->rc->block_bits;
+
+  if (need < img->rc->entries)
+    return 0;
+  return grow_table (img, need, err);
+}
+
+bool
+qcow2_rc_has_block (const struct qcow2_image *img, uint64_t idx)
+{
+  return idx < img->rc->entries && img->rc->table[idx] != 0;
+}
+
+int
+qcow2_rc_make_block (struct qcow2_image *img, uint64_t idx,
+                     struct qcow2_error *err)
+{
+  return ensure_block (img, idx, err);
+}
+
+int
+qcow2_rc_install_blocks (struct qcow2_image *img, const uint64_t *idx,
+                         const uint64_t *at, size_t n, struct qcow2_error *err)
+{
+  struct refcounts *rc = img->rc;
+  unsigned char entry[8];
+  size_t i;
+  int r;
+
+  /* 1. The (empty) blocks, and the counts of the clusters they are in:
+   * durable before anything points at them.
+   */
+  for (i = 0; i < n; ++i)
+    {
+      if (idx[i] >= rc->entries || rc->table[idx[i]] != 0)
+        {
+          qcow2_set_error (err, EINVAL,
+                           "refcount table index %" PRIu64
+                           " is out of range or in use",
+                           idx[i]);
+          return -1;
+        }
+      r = qcow2_hostio_pwrite (img->io, img->zero_buf, img->cluster_size,
+                               at[i] << img->cluster_bits);
+      if (r < 0)
+        return io_error (err, r, "writing a refcount block",
+                         at[i] << img->cluster_bits);
+    }
+  if (qcow2_rc_write_dirty (img, err) == -1)
+    return -1;
+  r = img->io->flush (img->io);
+  if (r < 0)
+    return io_error (err, r, "flushing new refcount blocks", 0);
+
+  /* 2. The table entries, then a flush. */
+  for (i = 0; i < n; ++i)
+    {
+      put_be64 (entry, at[i] << img->cluster_bits);
+      r = qcow2_hostio_pwrite (img->io, entry, 8,
+                               img->reftable_offset + idx[i] * 8);
+      if (r < 0)
+        return io_error (err, r, "writing the refcount table",
+                         img->reftable_offset + idx[i] * 8);
+      rc->table[idx[i]] = at[i] << img->cluster_bits;
+    }
+  r = img->io->flush (img->io);
+  return r < 0 ? io_error (err, r, "flushing the refcount table", 0) : 0;
+}

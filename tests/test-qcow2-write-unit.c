@@ -25,9 +25,10 @@
  *   test-qcow2-write-unit create IMAGE SIZE CLUSTER-BITS REFCOUNT-BITS
  *                          linear|compact
  *     create an empty image with the library.
- *   test-qcow2-write-unit shuffle IMAGE OUT.raw SEED
+ *   test-qcow2-write-unit shuffle IMAGE OUT.raw SEED [auto|linear|compact]
  *     write every cluster of the disk once, whole, in random order (the
- *     upload pattern the linear layout exists for); OUT.raw as above.
+ *     upload pattern the linear layout exists for), opened with that
+ *     layout (default auto); OUT.raw as above.
  *   test-qcow2-write-unit group IMAGE.qcow2 DIR SEED IMAGES
  *     4 threads write their own clusters (interleaved, so they share L2
  *     tables and refcount blocks) and flush often, through a recording
@@ -864,7 +865,11 @@ test_create (char *argv[])
     .refcount_bits = strtoul (argv[5], NULL, 0),
     .linear = strcmp (argv[6], "linear") == 0,
   };
-  struct qcow2_open_options opts = { .writable = true };
+  /* auto would give a compact image the linear layout at this open. */
+  struct qcow2_open_options opts = {
+    .writable = true,
+    .layout = o.linear ? QCOW2_LAYOUT_AUTO : QCOW2_LAYOUT_COMPACT,
+  };
   struct qcow2_error err;
   struct qcow2_hostio *io;
   struct qcow2_image *img;
@@ -898,6 +903,10 @@ test_shuffle (char *argv[])
   FILE *fp;
 
   t.opts.writable = true;
+  if (argv[5] && strcmp (argv[5], "linear") == 0)
+    t.opts.layout = QCOW2_LAYOUT_LINEAR;
+  else if (argv[5] && strcmp (argv[5], "compact") == 0)
+    t.opts.layout = QCOW2_LAYOUT_COMPACT;
   wt_open (&t);
   t.size = qcow2_get_size (t.img);
   cs = qcow2_get_cluster_size (t.img);
@@ -1130,8 +1139,8 @@ parallel_op (struct gthread *th, struct gop *op, unsigned char *data)
   else
     {
       uint64_t own = (g.nclusters - g.shared_end / g.cs) / GROUP_THREADS;
-      uint64_t c = g.shared_end / g.cs + (rnd64 (&th->seed) % own)
-                   * GROUP_THREADS;
+      uint64_t c
+          = g.shared_end / g.cs + (rnd64 (&th->seed) % own) * GROUP_THREADS;
       c += (t + GROUP_THREADS - c % GROUP_THREADS) % GROUP_THREADS;
       CHECK (c < g.nclusters && owner_of (c * g.cs) == t);
       op->len = kind < 3 ? 1 + rand_r (&th->seed) % g.cs : g.cs;
@@ -1167,7 +1176,7 @@ parallel_op (struct gthread *th, struct gop *op, unsigned char *data)
 }
 
 /* parallel: read random ranges while the writers run; every byte must
- * be one some writer put there (or the value before). 
+ * be one some writer put there (or the value before).
  */
 static void *
 reader (void *arg)
@@ -1429,7 +1438,9 @@ static struct qcow2_image *
 open_slow_copy (const char *path, struct slow_io **slowp,
                 struct qcow2_hostio **memp, unsigned char **filep)
 {
-  struct qcow2_open_options opts = { .writable = true };
+  /* Compact: the late-I/O tests rely on freed clusters being reused. */
+  struct qcow2_open_options opts
+      = { .writable = true, .layout = QCOW2_LAYOUT_COMPACT };
   struct qcow2_error err;
   struct slow_io *slow = calloc (1, sizeof *slow);
   size_t len;
@@ -1816,6 +1827,9 @@ fault_flush (struct qcow2_hostio *io)
   return fault_next (f) ?: f->below->flush (f->below);
 }
 
+/* Calls the writable open made in the last run without faults. */
+static unsigned fault_open_calls;
+
 /* One run failing at call 'fail_at' (0: never).  Returns the number of
  * calls made, or dies.
  */
@@ -1841,19 +1855,38 @@ fault_run (const char *path, unsigned seed, unsigned fail_at)
   f.io.zero = fault_zero;
   f.io.flush = fault_flush;
   f.io.block_status = NULL;
+  /* The contents before: read without faults (a writable open may
+   * change the file: it gives an empty image the linear layout).
+   */
+  {
+    struct qcow2_open_options ro = { 0 };
+    img = qcow2_open (f.below, &ro, &err);
+    if (img == NULL)
+      die ("%s: %s", path, err.msg);
+    size = qcow2_get_size (img);
+    cs = qcow2_get_cluster_size (img);
+    ref = malloc (size);
+    stable = malloc (size);
+    touched = calloc (size, 1);
+    data = malloc (4 * cs);
+    got = malloc (size);
+    if (qcow2_pread (img, ref, size, 0, &err) == -1)
+      die ("initial read: %s", err.msg);
+    memcpy (stable, ref, size);
+    qcow2_close (img);
+  }
   img = qcow2_open (&f.io, &opts, &err);
   if (img == NULL)
-    die ("%s: %s", path, err.msg);
-  size = qcow2_get_size (img);
-  cs = qcow2_get_cluster_size (img);
-  ref = malloc (size);
-  stable = malloc (size);
-  touched = calloc (size, 1);
-  data = malloc (4 * cs);
-  got = malloc (size);
-  if (qcow2_pread (img, ref, size, 0, &err) == -1)
-    die ("initial read: %s", err.msg);
-  memcpy (stable, ref, size);
+    {
+      /* Failing at open (while laying the image out) is a failure like
+       * any other: the file must reopen and read as before.
+       */
+      if (fail_at == 0 || err.errnum != EIO)
+        die ("%s: %s", path, err.msg);
+      failed = true;
+    }
+  if (fail_at == 0)
+    fault_open_calls = f.calls;
 
   for (i = 0; i < 200 && !failed; ++i)
     {
@@ -1896,7 +1929,7 @@ fault_run (const char *path, unsigned seed, unsigned fail_at)
     }
   if (fail_at && !failed)
     die ("fault at %u: nothing failed", fail_at);
-  if (failed)
+  if (failed && img != NULL)
     {
       /* Failed for good, even though the file works again. */
       CHECK (qcow2_pwrite (img, data, 1, 0, &err) == -1 && err.errnum == EIO);
@@ -1905,8 +1938,9 @@ fault_run (const char *path, unsigned seed, unsigned fail_at)
       /* And reads: memory may no longer match the disk. */
       CHECK (qcow2_pread (img, got, 1, 0, &err) == -1 && err.errnum == EIO);
     }
-  calls = f.calls;   /* the requests', not closing's */
-  qcow2_close (img); /* no error to report: must not crash */
+  calls = f.calls; /* the open's and the requests', not closing's */
+  if (img != NULL)
+    qcow2_close (img); /* no error to report: must not crash */
   qcow2_hostio_close (f.below);
 
   /* Reopened: what the last successful flush made durable is there
@@ -1964,16 +1998,24 @@ test_fault (char *argv[])
   CHECK (fp && fwrite (orig, 1, len, fp) == len && fclose (fp) == 0);
   total = fault_run (name, seed, 0);
   CHECK (total > nimages);
-  for (k = 0; k < nimages; ++k)
+  /* Every call of the open (laying the image out), then 'nimages'
+   * spread over the whole run.
+   */
+  for (k = 0; k < fault_open_calls + nimages; ++k)
     {
-      unsigned at = 1 + (uint64_t)k * total / nimages;
-      snprintf (name, sizeof name, "%s/fault-%u.qcow2", dir, at);
+      unsigned at
+          = k < fault_open_calls
+                ? 1 + k
+                : 1 + (uint64_t)(k - fault_open_calls) * total / nimages;
+      snprintf (name, sizeof name, "%s/fault-%s%u.qcow2", dir,
+                k < fault_open_calls ? "open-" : "", at);
       fp = fopen (name, "wb");
       CHECK (fp && fwrite (orig, 1, len, fp) == len && fclose (fp) == 0);
       fault_run (name, seed, at);
     }
   free (orig);
-  printf ("ok: fault %s: %u calls, %u failure points\n", path, total, nimages);
+  printf ("ok: fault %s: %u calls (%u at open), %u failure points\n", path,
+          total, fault_open_calls, fault_open_calls + nimages);
 }
 
 static int
@@ -2013,7 +2055,7 @@ main (int argc, char *argv[])
     test_crash (argv);
   else if (argc == 7 && strcmp (argv[1], "create") == 0)
     test_create (argv);
-  else if (argc == 5 && strcmp (argv[1], "shuffle") == 0)
+  else if ((argc == 5 || argc == 6) && strcmp (argv[1], "shuffle") == 0)
     test_shuffle (argv);
   else if (argc == 6 && strcmp (argv[1], "group") == 0)
     test_group (argv, false);

@@ -1,0 +1,223 @@
+/* nbdstack qcow2 library: giving an image we did not create the linear
+ * layout.
+ *
+ * SPDX-License-Identifier: BSD-3-Clause
+ *
+ * Upload targets are usually made by someone else (qemu-img create, an
+ * oVirt host) and are empty when the upload opens them.  create.c lays
+ * out the images it makes for the linear allocation; this does the same
+ * for an existing image on a regular file, once, at its first writable
+ * open: the data area (guest cluster g at host cluster D + g) starts past
+ * everything in use plus room for every L2 table the disk can need,
+ * aligned to 1 MiB, and every refcount block for [0, D + span) is made
+ * now, below D (a block made later would land at the first cluster it
+ * covers: some guest cluster's home).  Last, our header extension
+ * records D and the span, so later opens (ours) find the layout again;
+ * qemu keeps extensions it does not know, and allocates from the free
+ * clusters as it likes (a home it takes sends that guest cluster past the
+ * span, as in any linear image qemu wrote to).
+ *
+ * Nothing here can corrupt the image if it stops half way: blocks and
+ * their counts are durable before the table points at them, and the
+ * extension is written in two steps, its body after the end marker
+ * first, then the type and length over the marker (8 bytes in one
+ * sector), each followed by a flush.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcow2-internal.h"
+
+#define LINEAR_ALIGN (1024 * 1024)
+#define EXT_BYTES 24 /* type, length, two be64 */
+
+static uint64_t
+div_up (uint64_t a, uint64_t b)
+{
+  return (a + b - 1) / b;
+}
+
+static bool
+image_is_empty (const struct qcow2_image *img)
+{
+  uint32_t i;
+
+  if (img->nb_snapshots > 0)
+    return false;
+  for (i = 0; i < img->l1_size; ++i)
+    if (img->l1[i] & L1E_OFFSET_MASK)
+      return false;
+  return true;
+}
+
+/* Is there room for our extension after the end marker, and are those
+ * bytes unused (zero)?  0 yes, 1 no room, -1 error.
+ */
+static int
+header_has_room (struct qcow2_image *img, struct qcow2_error *err)
+{
+  const size_t m = img->ext_end_marker;
+  unsigned char buf[EXT_BYTES + 8];
+  size_t i;
+  int r;
+
+  if (m == 0 || img->ext_room_end < m + sizeof buf
+      || img->ext_room_end > img->cluster_size)
+    return 1;
+  r = img->io->pread (img->io, buf, sizeof buf, m);
+  if (r < 0)
+    {
+      qcow2_set_error (err, -r, "reading the header: %s", strerror (-r));
+      return -1;
+    }
+  for (i = 0; i < sizeof buf; ++i)
+    if (buf[i])
+      return 1;
+  return 0;
+}
+
+static int
+write_sync (struct qcow2_image *img, const void *buf, size_t len, uint64_t off,
+            struct qcow2_error *err)
+{
+  int r = qcow2_hostio_pwrite (img->io, buf, len, off);
+
+  if (r == 0)
+    r = img->io->flush (img->io);
+  if (r < 0)
+    {
+      qcow2_set_error (err, -r, "writing the header: %s", strerror (-r));
+      return -1;
+    }
+  return 0;
+}
+
+/* Where the data area starts: past everything in use, room for every L2
+ * table and for 'blocks' refcount blocks, aligned.
+ */
+static uint64_t
+data_start (const struct qcow2_image *img, uint64_t blocks)
+{
+  const uint64_t cs = img->cluster_size;
+  const uint64_t align = cs < LINEAR_ALIGN ? LINEAR_ALIGN / cs : 1;
+  uint64_t end
+      = img->host_end / cs + l1_entries_needed (img, img->size) + blocks;
+
+  return div_up (end, align) * align;
+}
+
+int
+qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
+                    struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+  const uint64_t span = div_up (img->size, cs);
+  uint64_t per_block, blocks = 0, d, n, i, cursor, *idx = NULL, *at = NULL;
+  size_t nnew = 0;
+  unsigned char ext[EXT_BYTES];
+  int r;
+
+  if (span == 0 || (only_if_empty && !image_is_empty (img)))
+    return 0;
+  r = header_has_room (img, err);
+  if (r != 0)
+    return r == 1 ? 0 : -1;
+
+  /* The data area depends on how many blocks go below it, and those on
+   * where it ends; the table may have to grow first, which moves the
+   * end of what is in use.  Both converge: a block covers many clusters.
+   */
+  per_block = qcow2_rc_block_clusters (img);
+  for (;;)
+    {
+      d = data_start (img, blocks);
+      n = div_up (d + span, per_block);
+      if (n > blocks)
+        {
+          blocks = n;
+          continue;
+        }
+      if (qcow2_rc_cover (img, d + span, err) == -1)
+        return -1;
+      if (data_start (img, blocks) == d)
+        break;
+    }
+
+  /* Blocks for clusters below D describe themselves (they cannot land on
+   * a home); the others go in the room below D.
+   */
+  idx = calloc (n, sizeof *idx);
+  at = calloc (n, sizeof *at);
+  if (idx == NULL || at == NULL)
+    {
+      qcow2_set_error (err, ENOMEM, "out of memory");
+      goto fail;
+    }
+  cursor = img->host_end / cs;
+  for (i = 0; i < n; ++i)
+    {
+      if (qcow2_rc_has_block (img, i))
+        continue;
+      if (i * per_block < d)
+        {
+          if (qcow2_rc_make_block (img, i, err) == -1)
+            goto fail;
+          continue;
+        }
+      for (;;)
+        {
+          if (cursor >= d)
+            {
+              qcow2_set_error (err, EIO,
+                               "no room below %#" PRIx64
+                               " for the refcount blocks of the layout",
+                               d * cs);
+              goto fail;
+            }
+          r = qcow2_rc_claim (img, cursor, err);
+          if (r == -1)
+            goto fail;
+          if (r == 1)
+            break;
+          cursor++;
+        }
+      idx[nnew] = i;
+      at[nnew++] = cursor++;
+    }
+  if (nnew > 0 && qcow2_rc_install_blocks (img, idx, at, nnew, err) == -1)
+    goto fail;
+  free (idx);
+  free (at);
+  idx = at = NULL;
+
+  /* The extension: body and a new end marker after the old marker, then
+   * type and length over it.
+   */
+  memset (ext, 0, sizeof ext);
+  put_be32 (ext, QCOW2_EXT_LINEAR_LAYOUT);
+  put_be32 (ext + 4, 16);
+  put_be64 (ext + 8, d * cs);
+  put_be64 (ext + 16, span * cs);
+  {
+    unsigned char body[EXT_BYTES]; /* ext's data, then 8 zero bytes */
+
+    memcpy (body, ext + 8, 16);
+    memset (body + 16, 0, 8);
+    if (write_sync (img, body, sizeof body, img->ext_end_marker + 8, err) == -1
+        || write_sync (img, ext, 8, img->ext_end_marker, err) == -1)
+      return -1;
+  }
+  img->ext_end_marker += EXT_BYTES;
+  img->linear_start = d;
+  img->linear_clusters = span;
+  return 1;
+
+fail:
+  free (idx);
+  free (at);
+  return -1;
+}
