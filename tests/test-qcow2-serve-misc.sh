@@ -15,7 +15,9 @@
 #    qemu-img check -r all;
 #  - create=true: cluster-size, extended-l2 and what qemu-img info says,
 #    the refusals, create=true/force on an existing image, a block device
-#    (compact layout).
+#    (compact layout);
+#  - layout=: a qemu-made empty image gets the linear layout (default,
+#    auto, linear) or not (compact); linear refused on a device.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require qemu-img
@@ -326,4 +328,35 @@ stop_nbdkit dev
 "$QEMU_IMG" compare -q -f raw -F qcow2 dev.ref "$loopdev" || fail "device: differs"
 clean "$loopdev" device
 echo "ok: create=true on a block device (compact layout), randops, clean"
+refused "layout=linear needs a regular file" file="$loopdev" format=qcow2 \
+  create=force size=48M layout=linear
+refused "the linear layout needs a regular file" file="$loopdev" format=qcow2 \
+  layout=linear
+
+# ---- layout= on an image qemu-img made: 16 clusters written last to
+# first.  auto (the default) and linear give the empty image our layout
+# (guest order in the file: no inversions), compact appends in arrival
+# order (15 inversions).
+inversions () # IMAGE
+{
+  "$QEMU_IMG" map --output=json -f qcow2 "$1" | /usr/bin/python3 -c '
+import json, sys
+m = [e for e in json.load(sys.stdin) if e["data"]]
+print(sum(1 for a, b in zip(m, m[1:]) if b["offset"] < a["offset"] + a["length"]))'
+}
+for layout in "" auto linear compact; do
+  "$QEMU_IMG" create -q -f qcow2 lay.qcow2 64M
+  nbdkit -U - "$IMAGE_PLUGIN" file="$T/lay.qcow2" ${layout:+layout=$layout} --run '
+    nbdsh -u "$uri" -c "
+for i in reversed(range(16)):
+    h.pwrite(bytes([i + 1]) * 65536, i * 65536)
+h.flush()"' || fail "layout=$layout: writing failed"
+  clean lay.qcow2 "layout=$layout"
+  inv=$(inversions lay.qcow2)
+  want=0
+  [ "$layout" != compact ] || want=15
+  [ "$inv" = $want ] || fail "layout=${layout:-(default)}: $inv inversions, expected $want"
+done
+refused "layout" file="$T/lay.qcow2" layout=diagonal
+echo "ok: layout= (default, auto, linear: 0 inversions; compact: 15), refusals"
 echo "qcow2 serve misc: all cases passed"

@@ -403,15 +403,16 @@ image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   "format=auto|raw|qcow2      Image format (default auto: sniffed).\n"         \
   "cache=writeback|none       Host page cache use (none = O_DIRECT).\n"        \
   "readonly=true              Never open the image for writing.\n"             \
-  "create=true|force size=SIZE Create the image first (a sparse raw file,\n" \
-  "                           or with format=qcow2 an empty qcow2 v3).\n"   \
+  "create=true|force size=SIZE Create the image first (a sparse raw file,\n"   \
+  "                           or with format=qcow2 an empty qcow2 v3).\n"      \
   "backing=refuse|none|follow qcow2: what to do with a backing file.\n"        \
   "backing-dir=DIR            qcow2: backing/data files must be inside.\n"     \
   "backing-max-depth=N        qcow2: longest backing chain (default 16).\n"    \
   "l2-cache-size=SIZE         qcow2: bytes of L2 cache (default <= 32M).\n"    \
-  "snapshot=NAME|ID           qcow2: serve this internal snapshot.\n"       \
-  "cluster-size=SIZE          qcow2 create: 512 to 2M (default 64K).\n"      \
-  "extended-l2=on|off         qcow2 create: subcluster allocation.\n"        \
+  "snapshot=NAME|ID           qcow2: serve this internal snapshot.\n"          \
+  "layout=auto|linear|compact qcow2: where new clusters go (default auto).\n"  \
+  "cluster-size=SIZE          qcow2 create: 512 to 2M (default 64K).\n"        \
+  "extended-l2=on|off         qcow2 create: subcluster allocation.\n"          \
   "preallocation=off|metadata qcow2 create: allocate every cluster."
 
 static struct nbdkit_plugin plugin = {

@@ -88,6 +88,13 @@ static const struct enum_param_word prealloc_words[] = {
   { "metadata", PREALLOC_METADATA },
 };
 
+static enum qcow2_layout layout = QCOW2_LAYOUT_AUTO;
+static const struct enum_param_word layout_words[] = {
+  { "auto", QCOW2_LAYOUT_AUTO },
+  { "linear", QCOW2_LAYOUT_LINEAR },
+  { "compact", QCOW2_LAYOUT_COMPACT },
+};
+
 static int
 qcow2_config (const char *key, const char *value)
 {
@@ -162,6 +169,14 @@ qcow2_config (const char *key, const char *value)
         return -1;
       create_preallocate = r == PREALLOC_METADATA;
       create_params_given = true;
+      return 1;
+    }
+  if (strcmp (key, "layout") == 0)
+    {
+      int r;
+      if (parse_enum_param (key, value, layout_words, &r) == -1)
+        return -1;
+      layout = r;
       return 1;
     }
   if (strcmp (key, "snapshot") == 0)
@@ -764,6 +779,7 @@ open_layer (struct q2 *q, const char *path, bool is_top, bool *writable,
         .l2_cache_size = l2_cache_size,
         .snapshot = is_top ? snapshot : NULL,
         .writable = *writable,
+        .layout = layout,
       };
       struct qcow2_error err = { 0 };
 
@@ -929,12 +945,14 @@ qcow2_glue_open (const struct image_options *opts)
     }
 
   nbdkit_debug ("%s: qcow2 v%u, cluster size %u, %u L2 cache entries, "
-                "%u file(s) in the chain%s%s%s",
+                "%u file(s) in the chain%s%s%s%s%s",
                 opts->file, qcow2_get_version (q->layers[0].img),
                 qcow2_get_cluster_size (q->layers[0].img),
                 qcow2_get_l2_cache_entries (q->layers[0].img), q->nlayers,
                 qcow2_is_dirty (q->layers[0].img) ? ", dirty" : "",
                 q->writable ? ", writable" : ", read-only",
+                q->writable ? ", layout " : "",
+                qcow2_layout_name (q->layers[0].img),
                 cache_mode == CACHE_NONE ? ", O_DIRECT" : "");
   return q;
 
@@ -1226,7 +1244,16 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
       close (fd);
       return -1;
     }
-  o.linear = S_ISREG (st.st_mode);
+  o.linear = S_ISREG (st.st_mode) && layout != QCOW2_LAYOUT_COMPACT;
+  if (!S_ISREG (st.st_mode) && layout == QCOW2_LAYOUT_LINEAR)
+    {
+      nbdkit_error ("%s: layout=linear needs a regular file, not a device",
+                    file);
+      close (fd);
+      if (made)
+        unlink (file);
+      return -1;
+    }
   io = qcow2_hostio_fd (fd);
   if (io == NULL)
     {
