@@ -141,8 +141,11 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
           blocks = n;
           continue;
         }
+      /* A table past our limit (huge disks with tiny clusters and wide
+       * refcounts): no layout, the image stays compact.
+       */
       if (qcow2_rc_cover (img, d + span, err) == -1)
-        return -1;
+        return err->errnum == EFBIG ? 0 : -1;
       if (data_start (img, blocks) == d)
         break;
     }

@@ -135,8 +135,9 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
       if (img->linear_clusters == 0 && opts->layout == QCOW2_LAYOUT_LINEAR)
         {
           qcow2_set_error (err, ENOSPC,
-                           "no room in the image header for the linear "
-                           "layout's extension");
+                           "the image cannot have the linear layout (no "
+                           "room in its header for the extension, or a "
+                           "refcount table too large)");
           return -1;
         }
     }
