@@ -35,9 +35,11 @@
 #   FORMAT=raw|qcow2   format of targets named without one (default raw); a
 #                      target may name its own: TARGETS="image image:qcow2
 #                      qemu-nbd:qcow2" interleaves raw and qcow2 uploads.
-#                      qcow2: a fresh image per run, made by our plugin
-#                      (create=true format=qcow2) for the image targets and by
-#                      qemu-img create for qemu-nbd (-f qcow2); nbdkit's file
+#                      qcow2: a fresh image per run, made by qemu-img create
+#                      (as oVirt makes upload targets; our plugin gives it
+#                      the linear layout at open), or with
+#                      QCOW2_MADE_BY=plugin by our plugin for the image
+#                      targets (create=true format=qcow2); nbdkit's file
 #                      plugin serves raw only.  A second table gives the layout of each result: qemu-img
 #                      check's "% fragmented" (must report no errors),
 #                      inversions and host discontinuities between the data
@@ -60,6 +62,8 @@ targets=${TARGETS:-image file qemu-nbd}
 modes=${MODES:-writeback none}
 clients=${CLIENTS:-convert-W nbdcopy}
 format=${FORMAT:-raw}
+qcow2_made_by=${QCOW2_MADE_BY:-qemu-img}
+case $qcow2_made_by in qemu-img | plugin) ;; *) echo "upload: QCOW2_MADE_BY=$qcow2_made_by: expected qemu-img or plugin" >&2; exit 1 ;; esac
 case $format in raw | qcow2) ;; *) echo "upload: FORMAT=$format: expected raw or qcow2" >&2; exit 1 ;; esac
 
 # A target is KIND or KIND:FORMAT.
@@ -128,7 +132,7 @@ start_server ()               # KIND MODE TARGET
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile")
       [[ $kind == image+* ]] && cmd+=("${filter_args[@]}")
       cmd+=("$plugin" file="$target")
-      [ "$fmt" = qcow2 ] &&
+      [ "$fmt" = qcow2 ] && [ "$qcow2_made_by" = plugin ] &&
         cmd+=(format=qcow2 create=true size="$vsize")
       [ "$mode" = none ] && cmd+=(cache=none) ;;
     file)
@@ -241,9 +245,9 @@ upload_once ()                # RUN KIND MODE CLIENT
   tfmt=$(fmt_of "$kind")
   if [ "$tfmt" = raw ]; then
     truncate -s "$vsize" "$target"
-  elif [ "${kind%%:*}" = qemu-nbd ]; then
+  elif [ "${kind%%:*}" = qemu-nbd ] || [ "$qcow2_made_by" = qemu-img ]; then
     qemu-img create -q -f qcow2 "$target" "$vsize" || die "qemu-img create failed"
-  fi                           # (our plugin creates its own: create=true)
+  fi                           # (else our plugin creates its own: create=true)
   sync -f "$tmp"               # start from a quiet disk (not timed)
   if [ "$kind" = local ]; then
     t0=$EPOCHREALTIME
