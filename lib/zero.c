@@ -12,11 +12,23 @@
  * clusters at the edges are written zeroes through the write path,
  * unless they already read as zeroes.
  *
+ * With extended L2 entries, the whole subclusters of those partial
+ * clusters change only their bits too, as qemu's zero_l2_subclusters:
+ * zero bit set, allocation bit cleared, host cluster and COPIED kept
+ * (a cluster shared with a snapshot included: only our entry changes),
+ * so nothing is allocated or written for them.  A cluster whose 32
+ * subclusters all end up zero gets the whole-cluster treatment (and so
+ * may release its host cluster).  Only the pieces that cover a
+ * subcluster partially are written, and compressed clusters, which have
+ * no bitmap, are written as before.
+ *
  * A fast zero (FAST) fails with ENOTSUP before changing anything if any
- * part would need data written.  Discard is zero without the edges and
- * without writing data: what a discarded range reads is the client's
- * problem, but here whole clusters read as zeroes afterwards (except on
- * version 2 over a backing file, which are left alone).
+ * part would need data written; setting bits writes no data.  Discard is
+ * zero without the partial clusters (subclusters included: qemu ignores
+ * them too) and without writing data: what a discarded range reads is
+ * the client's problem, but here whole clusters read as zeroes
+ * afterwards (except on version 2 over a backing file, which are left
+ * alone).
  */
 #include <config.h>
 
@@ -57,36 +69,31 @@ reads_zero (struct qcow2_image *img, unsigned char *buf, uint64_t off,
   return 0;
 }
 
-/* Under the lock (exclusive), the cluster claimed: guest cluster 'gc'
- * reads as zeroes: 0, QCOW2_RETRY, FALLBACK or -1.
+/* The entry of guest cluster 'gc' in the table 'ref' holds. */
+static uint64_t *
+entry_of (const struct qcow2_image *img, const struct l2_ref *ref, uint64_t gc)
+{
+  const uint64_t l2_idx = gc & ((1ULL << img->l2_bits) - 1);
+
+  return (uint64_t *)((char *)ref->table + l2_idx * img->l2_entry_bytes);
+}
+
+/* Under the lock (exclusive), the cluster claimed, its table 'ref' held
+ * for writing: make the cluster whose entry is 'ent' read as zeroes by
+ * the entry alone (version 3, or nothing below it).  0 or -1.
  */
 static int
-zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
-              struct qcow2_error *err)
+zero_entry (struct qcow2_image *img, struct l2_ref *ref, uint64_t *ent,
+            bool backing_shows, enum mode mode, struct qcow2_error *err)
 {
-  const uint64_t goff = gc << img->cluster_bits;
-  const uint64_t l1_idx = gc >> img->l2_bits;
-  const uint64_t l2_idx = gc & ((1ULL << img->l2_bits) - 1);
-  const bool backing_shows = !unallocated_reads_zero (img, goff);
   const bool v3 = img->version >= 3;
-  struct l2_ref ref;
-  bool keep;
-  uint64_t *ent, e, bm, host, want, want_bm;
-  int r;
+  const uint64_t e = get_be64 (ent);
+  const uint64_t bm = img->ext_l2 ? get_be64 (ent + 1) : 0;
+  const uint64_t host = e & L2E_OFFSET_MASK;
+  const bool keep = mode == ZERO_KEEP && v3 && !(e & OFLAG_COMPRESSED) && host
+                    && (e & OFLAG_COPIED);
+  uint64_t want, want_bm;
 
-  if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0 && !backing_shows)
-    return 0; /* no table, nothing below: zeroes already */
-  if (!v3 && backing_shows)
-    return mode == DISCARD ? 0 : FALLBACK;
-  r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
-  if (r != 0)
-    return r;
-  ent = (uint64_t *)((char *)ref.table + l2_idx * img->l2_entry_bytes);
-  e = get_be64 (ent);
-  bm = img->ext_l2 ? get_be64 (ent + 1) : 0;
-  host = e & L2E_OFFSET_MASK;
-  keep = mode == ZERO_KEEP && v3 && !(e & OFLAG_COMPRESSED) && host
-         && (e & OFLAG_COPIED);
   /* Extended L2 says "zero" in the bitmap, the others in the entry. */
   if (keep)
     want = host | OFLAG_COPIED | (img->ext_l2 ? 0 : OFLAG_ZERO);
@@ -98,21 +105,136 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
   if (want != e || want_bm != bm)
     {
       if (!keep && qcow2_free_entry (img, e, true, err) == -1)
-        {
-          l2_cache_put (&ref);
-          return -1;
-        }
+        return -1;
       put_be64 (ent, want);
       if (img->ext_l2)
         put_be64 (ent + 1, want_bm);
-      l2_cache_mark_dirty (&ref);
+      l2_cache_mark_dirty (ref);
     }
-  l2_cache_put (&ref);
   return 0;
 }
 
-/* The partial clusters at the edges of [offset, end): each is either
- * whole (it ends at the disk's end) or [lo, hi) inside one cluster.
+/* Under the lock (exclusive), the cluster claimed: guest cluster 'gc'
+ * reads as zeroes: 0, QCOW2_RETRY, FALLBACK or -1.
+ */
+static int
+zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
+              struct qcow2_error *err)
+{
+  const uint64_t l1_idx = gc >> img->l2_bits;
+  const bool backing_shows
+      = !unallocated_reads_zero (img, gc << img->cluster_bits);
+  struct l2_ref ref;
+  int r;
+
+  if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0 && !backing_shows)
+    return 0; /* no table, nothing below: zeroes already */
+  if (img->version < 3 && backing_shows)
+    return mode == DISCARD ? 0 : FALLBACK;
+  r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
+  if (r != 0)
+    return r;
+  r = zero_entry (img, &ref, entry_of (img, &ref, gc), backing_shows, mode,
+                  err);
+  l2_cache_put (&ref);
+  return r;
+}
+
+/* Under the lock (exclusive), the cluster claimed: the whole
+ * subclusters [lo, hi) of one cluster of an extended L2 image read as
+ * zeroes by their bits alone; 'hi' may pass the disk's end.  0,
+ * QCOW2_RETRY, FALLBACK or -1.
+ */
+static int
+zero_subclusters (struct qcow2_image *img, uint64_t lo, uint64_t hi,
+                  enum mode mode, struct qcow2_error *err)
+{
+  const uint64_t gc = lo >> img->cluster_bits;
+  const uint64_t goff = gc << img->cluster_bits;
+  const uint64_t l1_idx = gc >> img->l2_bits;
+  const bool backing_shows = !unallocated_reads_zero (img, goff);
+  /* Nothing reads the subclusters past the disk's end: zeroing them
+   * too lets the disk's last cluster become all zero.
+   */
+  const unsigned sc_lo = (lo - goff) >> img->sc_bits;
+  const unsigned sc_hi = hi >= img->size ? 32 : (hi - goff) >> img->sc_bits;
+  const uint64_t mask = ((1ULL << (sc_hi - sc_lo)) - 1) << sc_lo;
+  struct l2_ref ref;
+  uint64_t *ent, e, bm, want_bm;
+  int r;
+
+  if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0 && !backing_shows)
+    return 0; /* no table, nothing below: zeroes already */
+  r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
+  if (r != 0)
+    return r;
+  ent = entry_of (img, &ref, gc);
+  e = get_be64 (ent);
+  bm = get_be64 (ent + 1);
+  want_bm = (bm | mask << 32) & ~mask;
+  if (e & OFLAG_COMPRESSED)
+    /* No bitmap.  do_zero looked first and the claim keeps the entry,
+     * so this is only a safety net.
+     */
+    r = FALLBACK;
+  else if (!(e & L2E_OFFSET_MASK) && !backing_shows)
+    ; /* no host cluster, nothing below: zeroes already */
+  else if (want_bm >> 32 == BITMAP_ALL_ALLOC)
+    /* All zero now: as a whole zeroed cluster (which may release the
+     * host cluster, or keep it with all 32 zero bits).
+     */
+    r = zero_entry (img, &ref, ent, backing_shows, mode, err);
+  else if (want_bm != bm)
+    {
+      /* The host cluster (shared with a snapshot or ours), its offset
+       * and COPIED stay: no reference changes, only this entry.
+       */
+      put_be64 (ent + 1, want_bm);
+      l2_cache_mark_dirty (&ref);
+    }
+  l2_cache_put (&ref);
+  return r;
+}
+
+/* Is the guest cluster at 'goff' compressed?  Takes the lock (shared);
+ * the caller's claim keeps the answer true until its request ends.
+ */
+static int
+cluster_compressed (struct qcow2_image *img, uint64_t goff, bool *compressed,
+                    struct qcow2_error *err)
+{
+  const uint64_t gc = goff >> img->cluster_bits;
+  const uint64_t l1_idx = gc >> img->l2_bits;
+  struct l2_ref ref;
+  uint64_t l2_off;
+  int r = 0;
+
+  *compressed = false;
+  pthread_rwlock_rdlock (&img->lock);
+  l2_off = img->l1[l1_idx] & L1E_OFFSET_MASK;
+  if (l2_off != 0)
+    {
+      if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
+        r = -1;
+      else if ((r = l2_cache_get (img->l2, l2_off, &ref)) < 0)
+        {
+          qcow2_set_error (err, -r, "reading L2 table at %#" PRIx64 ": %s",
+                           l2_off, strerror (-r));
+          r = -1;
+        }
+      else
+        {
+          *compressed
+              = (get_be64 (entry_of (img, &ref, gc)) & OFLAG_COMPRESSED) != 0;
+          l2_cache_put (&ref);
+        }
+    }
+  pthread_rwlock_unlock (&img->lock);
+  return r;
+}
+
+/* A piece of a zero request: [lo, hi), partial or (for subclusters)
+ * the whole ones of a partial cluster.
  */
 struct edge
 {
@@ -120,33 +242,38 @@ struct edge
   bool needed; /* must be written zeroes */
 };
 
+/* Cut [lo, hi) at units of 2^bits bytes (clusters, or subclusters of
+ * one cluster): the whole units [*a, *b), the disk's last unit counting
+ * as whole when the range reaches the disk's end, and the partial
+ * pieces around them, each inside one unit (lo == hi when absent).
+ */
 static void
-find_edges (const struct qcow2_image *img, uint64_t offset, uint64_t end,
-            struct edge e[2], uint64_t *first, uint64_t *last)
+split_range (const struct qcow2_image *img, unsigned bits, uint64_t lo,
+             uint64_t hi, struct edge e[2], uint64_t *a, uint64_t *b)
 {
-  const uint64_t cs = img->cluster_size;
-  uint64_t a = (offset + cs - 1) & ~(cs - 1); /* first whole cluster */
-  uint64_t b = end & ~(cs - 1);               /* end of the whole ones */
+  const uint64_t us = 1ULL << bits;
+  uint64_t wa = (lo + us - 1) & ~(us - 1); /* first whole unit */
+  uint64_t wb = hi & ~(us - 1);            /* end of the whole ones */
 
-  if (end == img->size)
-    b = (end + cs - 1) & ~(cs - 1); /* the disk's last cluster is whole */
+  if (hi == img->size)
+    wb = (hi + us - 1) & ~(us - 1); /* the disk's last unit is whole */
   memset (e, 0, 2 * sizeof *e);
-  if (a >= b)
+  *a = *b = 0;
+  if (wa >= wb)
     {
-      /* No whole cluster: inside one, or across one boundary. */
-      uint64_t mid = (offset | (cs - 1)) + 1;
-      e[0] = (struct edge){ offset, end < mid ? end : mid, false };
-      if (end > mid)
-        e[1] = (struct edge){ mid, end, false };
-      *first = *last = 0;
+      /* No whole unit: inside one, or across one boundary. */
+      uint64_t mid = (lo | (us - 1)) + 1;
+      e[0] = (struct edge){ lo, hi < mid ? hi : mid, false };
+      if (hi > mid)
+        e[1] = (struct edge){ mid, hi, false };
       return;
     }
-  if (offset < a)
-    e[0] = (struct edge){ offset, a, false };
-  if (end > b)
-    e[1] = (struct edge){ b, end, false };
-  *first = a >> img->cluster_bits;
-  *last = b >> img->cluster_bits; /* exclusive */
+  if (lo < wa)
+    e[0] = (struct edge){ lo, wa, false };
+  if (hi > wb)
+    e[1] = (struct edge){ wb, hi, false };
+  *a = wa;
+  *b = wb;
 }
 
 static int
@@ -172,6 +299,73 @@ commit_relock (struct qcow2_image *img, struct qcow2_error *err)
   return r;
 }
 
+/* The changes of entries only, under the lock, dropped to write zeroes
+ * (FALLBACK) or to commit: the whole subclusters 'sub' of the partial
+ * clusters, then the whole clusters [first, last).  0 or -1.
+ */
+static int
+zero_entries (struct qcow2_image *img, const struct edge sub[2], uint64_t first,
+              uint64_t last, enum mode mode, struct qcow2_error *err)
+{
+  const uint64_t table = 1ULL << img->l2_bits;
+  uint64_t gc = first, lo, hi;
+  unsigned i = 0;
+  int r = 0;
+
+  pthread_rwlock_wrlock (&img->lock);
+  if (img_failed (img))
+    r = failed_image (img, err);
+  while (r == 0 && (i < 2 || gc < last))
+    {
+      if (i < 2)
+        {
+          lo = sub[i].lo;
+          hi = sub[i].hi;
+          if (lo >= hi)
+            {
+              i++;
+              continue;
+            }
+          r = zero_subclusters (img, lo, hi, mode, err);
+        }
+      else
+        {
+          uint64_t l1_idx = gc >> img->l2_bits;
+
+          /* A whole table's worth with no table and nothing below. */
+          if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0
+              && unallocated_reads_zero (img, gc << img->cluster_bits))
+            {
+              gc = (l1_idx + 1) * table;
+              continue;
+            }
+          lo = gc << img->cluster_bits;
+          hi = lo + img->cluster_size;
+          r = zero_cluster (img, gc, mode, err);
+        }
+      if (r == FALLBACK)
+        {
+          if (hi > img->size)
+            hi = img->size;
+          pthread_rwlock_unlock (&img->lock);
+          r = qcow2_write_claimed (img, (const char *)img->zero_buf, lo,
+                                   hi - lo, err);
+          pthread_rwlock_wrlock (&img->lock);
+        }
+      if (r == QCOW2_RETRY)
+        {
+          r = commit_relock (img, err);
+          continue;
+        }
+      if (i < 2)
+        i++;
+      else
+        gc++;
+    }
+  pthread_rwlock_unlock (&img->lock);
+  return r;
+}
+
 static int
 do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
          enum mode mode, bool fast, struct qcow2_error *err)
@@ -179,10 +373,12 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
   const uint64_t end = offset + count;
   struct qcow2_claim claim;
   struct qcow2_req req;
-  struct edge edge[2];
+  struct edge edge[2]; /* the partial clusters */
+  struct edge part[4]; /* the pieces that may need zeroes written */
+  struct edge sub[2];  /* whole subclusters of edge[i] (extended L2) */
   unsigned char *buf = NULL;
-  uint64_t gc, first, last;
-  unsigned i;
+  uint64_t a, b;
+  unsigned i, j, nparts = 0;
   int r = 0;
 
   if (qcow2_check_change (img, count, offset, "zero", err) == -1)
@@ -191,85 +387,77 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
     return failed_image (img, err);
   if (count == 0)
     return 0;
-  find_edges (img, offset, end, edge, &first, &last);
+  split_range (img, img->cluster_bits, offset, end, edge, &a, &b);
+  memset (sub, 0, sizeof sub);
 
   qcow2_claim_range (img, &claim, offset, count);
   qcow2_req_begin (img, &req);
-  /* Everything that would need data written, before changing anything:
-   * a fast zero must fail untouched.  The claim keeps it true until the
-   * changes below.
+  /* The partial clusters (a discard leaves them alone): with a bitmap,
+   * their whole subclusters only change bits and the rest is written;
+   * without (no extended L2, or compressed), all of them is written.
    */
   for (i = 0; mode != DISCARD && i < 2; ++i)
     if (edge[i].hi > edge[i].lo)
       {
-        bool zero;
+        bool bitmap = img->ext_l2, compressed;
+        struct edge piece[2];
 
-        if (buf == NULL && (buf = malloc (img->cluster_size)) == NULL)
+        if (bitmap)
           {
-            qcow2_set_error (err, ENOMEM, "out of memory");
-            goto fail;
+            if (cluster_compressed (img, edge[i].lo, &compressed, err) == -1)
+              goto fail;
+            bitmap = !compressed;
           }
-        if (reads_zero (img, buf, edge[i].lo, edge[i].hi - edge[i].lo, &zero,
-                        err)
-            == -1)
-          goto fail;
-        edge[i].needed = !zero;
-        if (fast && !zero)
-          goto notsup;
+        if (!bitmap)
+          {
+            part[nparts++] = edge[i];
+            continue;
+          }
+        split_range (img, img->sc_bits, edge[i].lo, edge[i].hi, piece,
+                     &sub[i].lo, &sub[i].hi);
+        for (j = 0; j < 2; ++j)
+          if (piece[j].hi > piece[j].lo)
+            part[nparts++] = piece[j];
       }
-  if (fast && img->version < 3 && img->backing_ops
-      && (first << img->cluster_bits) < img->backing_size && first < last)
+
+  /* Everything that would need data written, before changing anything:
+   * a fast zero must fail untouched.  The claim keeps it true until the
+   * changes below.
+   */
+  for (i = 0; i < nparts; ++i)
+    {
+      bool zero;
+
+      if (buf == NULL && (buf = malloc (img->cluster_size)) == NULL)
+        {
+          qcow2_set_error (err, ENOMEM, "out of memory");
+          goto fail;
+        }
+      if (reads_zero (img, buf, part[i].lo, part[i].hi - part[i].lo, &zero, err)
+          == -1)
+        goto fail;
+      part[i].needed = !zero;
+      if (fast && !zero)
+        goto notsup;
+    }
+  if (fast && img->version < 3 && img->backing_ops && a < b
+      && a < img->backing_size)
     goto notsup;
 
-  for (i = 0; i < 2; ++i)
-    if (edge[i].needed
-        && qcow2_write_claimed (img, (const char *)img->zero_buf, edge[i].lo,
-                                edge[i].hi - edge[i].lo, err)
+  /* The partial pieces first: a write makes a whole extended L2
+   * cluster all data, and the bits set below must come after it.
+   */
+  for (i = 0; i < nparts; ++i)
+    if (part[i].needed
+        && qcow2_write_claimed (img, (const char *)img->zero_buf, part[i].lo,
+                                part[i].hi - part[i].lo, err)
                == -1)
       goto fail;
 
-  /* Whole clusters change only their entries: under the lock, dropped
-   * to write zeroes (FALLBACK) or to commit.
-   */
-  if (first < last)
-    {
-      pthread_rwlock_wrlock (&img->lock);
-      if (img_failed (img))
-        r = failed_image (img, err);
-    }
-  for (gc = first; r == 0 && gc < last;)
-    {
-      const uint64_t table = 1ULL << img->l2_bits;
-      uint64_t l1_idx = gc >> img->l2_bits;
-
-      /* A whole table's worth with no table and nothing below. */
-      if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0
-          && unallocated_reads_zero (img, gc << img->cluster_bits))
-        {
-          gc = (l1_idx + 1) * table;
-          continue;
-        }
-      r = zero_cluster (img, gc, mode, err);
-      if (r == FALLBACK)
-        {
-          uint64_t goff = gc << img->cluster_bits;
-          uint64_t n = img->size - goff < img->cluster_size ? img->size - goff
-                                                            : img->cluster_size;
-          pthread_rwlock_unlock (&img->lock);
-          r = qcow2_write_claimed (img, (const char *)img->zero_buf, goff, n,
-                                   err);
-          pthread_rwlock_wrlock (&img->lock);
-        }
-      if (r == QCOW2_RETRY)
-        {
-          r = commit_relock (img, err);
-          continue;
-        }
-      gc++;
-    }
-  if (first < last)
-    pthread_rwlock_unlock (&img->lock);
-  if (r == -1)
+  if ((a < b || sub[0].lo < sub[0].hi || sub[1].lo < sub[1].hi)
+      && zero_entries (img, sub, a >> img->cluster_bits, b >> img->cluster_bits,
+                       mode, err)
+             == -1)
     goto fail;
   r = 0;
   goto out;
