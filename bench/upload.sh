@@ -187,7 +187,11 @@ for t in $targets; do
   case " $modes " in *" none "*) ;; *) continue ;; esac
   probe=$tmp/probe.img
   rm -f "$probe"
-  [ "$(fmt_of "$t")" = qcow2 ] || truncate -s 64M "$probe"
+  if [ "$(fmt_of "$t")" = raw ]; then
+    truncate -s 64M "$probe"
+  elif [ "$qcow2_made_by" = qemu-img ]; then
+    qemu-img create -q -f qcow2 "$probe" 64M
+  fi
   if ! start_server "$t" none "$probe"; then
     reason=$(grep -m1 -i 'error' "$log" || head -n 1 "$log")
     skip_reason[$t/none]="cache=none rejected by the plugin: ${reason:-nbdkit did not start}"
