@@ -487,13 +487,67 @@ dio_pwritev_all (int fd, const struct iovec *iov, int iovcnt, uint64_t offset)
   return 0;
 }
 
+/* Gathers a write's data, in order, into bounce chunks. */
+struct iov_cursor
+{
+  const struct iovec *iov;
+  int i;
+  size_t off; /* in iov[i] */
+};
+
+static void
+gather (struct iov_cursor *c, char *dst, size_t n)
+{
+  while (n > 0)
+    {
+      size_t k = c->iov[c->i].iov_len - c->off;
+      if (k > n)
+        k = n;
+      memcpy (dst, (const char *)c->iov[c->i].iov_base + c->off, k);
+      dst += k;
+      n -= k;
+      c->off += k;
+      if (c->off == c->iov[c->i].iov_len)
+        {
+          c->i++;
+          c->off = 0;
+        }
+    }
+}
+
+static int
+pwrite_all (int fd, const char *buf, size_t n, uint64_t offset)
+{
+  while (n > 0)
+    {
+      ssize_t w = pwrite (fd, buf, n, offset);
+      if (w == -1)
+        {
+          if (errno == EINTR)
+            continue;
+          return -errno;
+        }
+      if (w == 0)
+        return -ENOSPC;
+      buf += w;
+      n -= w;
+      offset += w;
+    }
+  return 0;
+}
+
+/* An unaligned write goes through the thread's bounce buffer, a chunk
+ * of at most DIO_BOUNCE_KEEP at a time (a fresh buffer for every large
+ * request would cost an mmap, page faults and an munmap each).
+ */
 static int
 dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
              uint64_t offset)
 {
   struct dio *d = (struct dio *)io;
-  size_t count = 0, got, pos;
-  uint64_t s, e;
+  struct iov_cursor cur = { .iov = iov };
+  size_t count = 0, got, chunk;
+  uint64_t s, e, cs, ce, end;
   unsigned l1, l2;
   bool head, tail, owned;
   char *b;
@@ -505,11 +559,13 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
     return 0;
   if (iovcnt <= DIO_IOV_MAX && dio_aligned (iov, iovcnt, offset))
     return dio_pwritev_all (d->fd, iov, iovcnt, offset);
+  end = offset + count;
   s = ROUND_DOWN (offset, DIO_ALIGN);
-  e = ROUND_UP (offset + count, DIO_ALIGN);
+  e = ROUND_UP (end, DIO_ALIGN);
   head = s != offset;
-  tail = e != offset + count;
-  b = get_bounce (e - s, &owned);
+  tail = e != end;
+  chunk = e - s < DIO_BOUNCE_KEEP ? e - s : DIO_BOUNCE_KEEP;
+  b = get_bounce (chunk, &owned);
   if (b == NULL)
     return -ENOMEM;
   l1 = (s / DIO_ALIGN) % DIO_LOCKS;
@@ -527,38 +583,24 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
       pthread_mutex_lock (&d->locks[a]);
       if (z != a)
         pthread_mutex_lock (&d->locks[z]);
-      if (head)
-        r = dio_read_raw (d, b, DIO_ALIGN, s, &got);
-      if (r == 0 && tail && (!head || e - s > DIO_ALIGN))
-        r = dio_read_raw (d, b + (e - s) - DIO_ALIGN, DIO_ALIGN, e - DIO_ALIGN,
-                          &got);
     }
-  if (r == 0)
+  for (cs = s; r == 0 && cs < e; cs = ce)
     {
-      pos = offset - s;
-      for (i = 0; i < iovcnt; ++i)
-        {
-          memcpy (b + pos, iov[i].iov_base, iov[i].iov_len);
-          pos += iov[i].iov_len;
-        }
-      pos = 0;
-      while (pos < e - s)
-        {
-          ssize_t n = pwrite (d->fd, b + pos, e - s - pos, s + pos);
-          if (n == -1)
-            {
-              if (errno == EINTR)
-                continue;
-              r = -errno;
-              break;
-            }
-          if (n == 0)
-            {
-              r = -ENOSPC;
-              break;
-            }
-          pos += n;
-        }
+      uint64_t ds, de;
+
+      ce = e - cs < chunk ? e : cs + chunk;
+      /* The partial blocks at either end: what the file has there. */
+      if (head && cs == s)
+        r = dio_read_raw (d, b, DIO_ALIGN, s, &got);
+      if (r == 0 && tail && ce == e && (!head || e - s > DIO_ALIGN))
+        r = dio_read_raw (d, b + (ce - cs) - DIO_ALIGN, DIO_ALIGN,
+                          e - DIO_ALIGN, &got);
+      if (r != 0)
+        break;
+      ds = cs > offset ? cs : offset;
+      de = ce < end ? ce : end;
+      gather (&cur, b + (ds - cs), de - ds);
+      r = pwrite_all (d->fd, b, ce - cs, cs);
     }
   if (head || tail)
     {
