@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "imagespec.h"
+#include "parse-size-arg.h"
 #include "set-error.h"
 
 int
@@ -21,7 +22,7 @@ parse_qemu_size (const char *text, uint64_t *out)
 {
   char *end;
   unsigned long long v;
-  unsigned shift = 0;
+  int shift;
 
   /* strtoull would take "-1" and leading blanks; qemu refuses both
    * here.
@@ -32,48 +33,11 @@ parse_qemu_size (const char *text, uint64_t *out)
   v = strtoull (text, &end, 10);
   if (errno)
     return -1;
-  switch (*end)
-    {
-    case '\0':
-      break;
-    case 'b':
-    case 'B':
-      shift = 0;
-      end++;
-      break;
-    case 'k':
-    case 'K':
-      shift = 10;
-      end++;
-      break;
-    case 'm':
-    case 'M':
-      shift = 20;
-      end++;
-      break;
-    case 'g':
-    case 'G':
-      shift = 30;
-      end++;
-      break;
-    case 't':
-    case 'T':
-      shift = 40;
-      end++;
-      break;
-    case 'p':
-    case 'P':
-      shift = 50;
-      end++;
-      break;
-    case 'e':
-    case 'E':
-      shift = 60;
-      end++;
-      break;
-    default:
-      return -1;
-    }
+  shift = size_suffix_shift (*end);
+  if (shift < 0)
+    return -1;
+  if (*end)
+    end++;
   if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
     return -1;
   *out = (uint64_t)v << shift;

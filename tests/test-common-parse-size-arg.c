@@ -60,6 +60,12 @@ main (void)
   assert (parse_size_arg ("prog", "4k", 1) == 4096);
   assert (parse_size_arg ("prog", "8M", 1) == 8 << 20);
   assert (parse_size_arg ("prog", "4G", 1) == UINT64_C (4) << 30);
+  assert (parse_size_arg ("prog", "3T", 1) == UINT64_C (3) << 40);
+  assert (parse_size_arg ("prog", "2p", 1) == UINT64_C (2) << 50);
+  assert (parse_size_arg ("prog", "15E", 1) == UINT64_C (15) << 60);
+  assert (parse_size_arg ("prog", "77b", 1) == 77);
+  assert (size_suffix_shift ('\0') == 0 && size_suffix_shift ('k') == 10
+          && size_suffix_shift ('x') == -1);
   assert (parse_size_arg ("prog", "17179869183G", 1)
           == UINT64_C (17179869183) << 30);
 
@@ -67,7 +73,8 @@ main (void)
   assert_refused ("k", 0);
   assert_refused ("0", 1);
   assert_refused ("-1", 0);
-  assert_refused ("12T", 0);
+  assert_refused ("12X", 0);
+  assert_refused ("16E", 0); /* 2^64 */
   assert_refused ("12kb", 0);
   assert_refused ("1 M", 0);
   assert_refused ("17179869184G", 0); /* 2^64: does not fit */

@@ -450,43 +450,6 @@ dio_aligned (const struct iovec *iov, int iovcnt, uint64_t offset)
   return true;
 }
 
-/* pwritev all of iov (at most DIO_IOV_MAX pieces), going on after
- * short writes.
- */
-#define DIO_IOV_MAX 8
-
-static int
-dio_pwritev_all (int fd, const struct iovec *iov, int iovcnt, uint64_t offset)
-{
-  struct iovec v[DIO_IOV_MAX];
-  int first = 0;
-
-  if (iovcnt > DIO_IOV_MAX)
-    return -EINVAL;
-  memcpy (v, iov, iovcnt * sizeof v[0]);
-  while (first < iovcnt)
-    {
-      ssize_t n = pwritev (fd, v + first, iovcnt - first, offset);
-      if (n == -1)
-        {
-          if (errno == EINTR)
-            continue;
-          return -errno;
-        }
-      if (n == 0)
-        return -ENOSPC;
-      offset += n;
-      while (first < iovcnt && (size_t)n >= v[first].iov_len)
-        n -= v[first++].iov_len;
-      if (first < iovcnt)
-        {
-          v[first].iov_base = (char *)v[first].iov_base + n;
-          v[first].iov_len -= n;
-        }
-    }
-  return 0;
-}
-
 /* Gathers a write's data, in order, into bounce chunks. */
 struct iov_cursor
 {
@@ -515,27 +478,6 @@ gather (struct iov_cursor *c, char *dst, size_t n)
     }
 }
 
-static int
-pwrite_all (int fd, const char *buf, size_t n, uint64_t offset)
-{
-  while (n > 0)
-    {
-      ssize_t w = pwrite (fd, buf, n, offset);
-      if (w == -1)
-        {
-          if (errno == EINTR)
-            continue;
-          return -errno;
-        }
-      if (w == 0)
-        return -ENOSPC;
-      buf += w;
-      n -= w;
-      offset += w;
-    }
-  return 0;
-}
-
 /* An unaligned write goes through the thread's bounce buffer, a chunk
  * of at most DIO_BOUNCE_KEEP at a time (a fresh buffer for every large
  * request would cost an mmap, page faults and an munmap each).
@@ -557,8 +499,8 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
     count += iov[i].iov_len;
   if (count == 0)
     return 0;
-  if (iovcnt <= DIO_IOV_MAX && dio_aligned (iov, iovcnt, offset))
-    return dio_pwritev_all (d->fd, iov, iovcnt, offset);
+  if (dio_aligned (iov, iovcnt, offset))
+    return d->base->pwritev (d->base, iov, iovcnt, offset);
   end = offset + count;
   s = ROUND_DOWN (offset, DIO_ALIGN);
   e = ROUND_UP (end, DIO_ALIGN);
@@ -600,7 +542,7 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
       ds = cs > offset ? cs : offset;
       de = ce < end ? ce : end;
       gather (&cur, b + (ds - cs), de - ds);
-      r = pwrite_all (d->fd, b, ce - cs, cs);
+      r = qcow2_hostio_pwrite (d->base, b, ce - cs, cs);
     }
   if (head || tail)
     {
