@@ -105,7 +105,11 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
     uint64_t sectors = ((uint64_t)img->l1_size + 63) / 64;
     img->l1_dirty = calloc ((sectors + 63) / 64 + 1, 8);
   }
-  img->zero_buf = calloc (1, cs);
+  /* Aligned: O_DIRECT host I/O can write it without a copy. */
+  if (posix_memalign ((void **)&img->zero_buf, 4096, cs) == 0)
+    memset (img->zero_buf, 0, cs);
+  else
+    img->zero_buf = NULL;
   if (img->l1_dirty == NULL || img->zero_buf == NULL)
     {
       qcow2_set_error (err, ENOMEM, "out of memory");

@@ -202,8 +202,17 @@ struct wslot
   uint64_t *ent;       /* its L2 entry in ref's table */
   uint64_t e, bm;      /* the entry (and bitmap) when it was prepared */
   unsigned char *fill; /* NEW, IN_PLACE, partly covered: the cluster as
-                        * the guest reads it now */
+                        * the guest reads it now (img->zero_buf when that
+                        * is all zeroes: not ours to free) */
 };
+
+static void
+free_fill (const struct qcow2_image *img, struct wslot *s)
+{
+  if (s->fill != img->zero_buf)
+    free (s->fill);
+  s->fill = NULL;
+}
 
 /* Host bytes a slot writes: [slot_start, slot_end). */
 static uint64_t
@@ -304,6 +313,17 @@ read_fill (struct qcow2_image *img, struct wslot *s, struct qcow2_error *err)
 
   if (s->kind == OVERWRITE || s->n == cs)
     return 0;
+  /* Never written, nothing below: zeroes, nothing to read or copy (the
+   * usual case of an upload into a fresh image).
+   */
+  if (s->kind == NEW
+      && ((s->e == 0 && s->bm == 0
+           && (img->backing_ops == NULL || gstart >= img->backing_size))
+          || (!img->ext_l2 && s->e == OFLAG_ZERO)))
+    {
+      s->fill = (unsigned char *)img->zero_buf;
+      return 0;
+    }
   if (posix_memalign ((void **)&s->fill, 4096, cs) != 0)
     {
       s->fill = NULL;
@@ -351,7 +371,7 @@ out:
  * fails).
  */
 static void
-drop_slots (struct wslot *run, unsigned n)
+drop_slots (const struct qcow2_image *img, struct wslot *run, unsigned n)
 {
   unsigned i;
 
@@ -359,8 +379,7 @@ drop_slots (struct wslot *run, unsigned n)
     {
       if (run[i].kind != OVERWRITE)
         l2_cache_put (&run[i].ref);
-      free (run[i].fill);
-      run[i].fill = NULL;
+      free_fill (img, &run[i]);
     }
 }
 
@@ -473,11 +492,10 @@ qcow2_write_claimed (struct qcow2_image *img, const char *data, uint64_t off,
       for (i = 0; i < n_write; ++i)
         {
           r = link_slot (img, &run[i], err);
-          free (run[i].fill);
-          run[i].fill = NULL;
+          free_fill (img, &run[i]);
           if (r == -1)
             {
-              drop_slots (run + i + 1, n_run - i - 1);
+              drop_slots (img, run + i + 1, n_run - i - 1);
               goto out;
             }
           run_data += run[i].n;
@@ -490,7 +508,7 @@ out:
   return r;
 
 fail:
-  drop_slots (run, n_run);
+  drop_slots (img, run, n_run);
   r = -1;
   goto out;
 }
