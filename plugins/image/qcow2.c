@@ -287,14 +287,16 @@ resolve_contained (struct q2 *q, const char *referrer, const char *name,
 #define DIO_ALIGN 4096
 #define DIO_LOCKS 64
 
-/* Each thread keeps its bounce buffer, grown to the largest request up
- * to DIO_BOUNCE_KEEP (nbdkit's worker threads end with their
- * connection; the key's destructor frees it then).  Larger requests
- * get one of their own for their duration: the malloc is small next to
- * the I/O.
+/* Each thread keeps one bounce buffer of DIO_BOUNCE_KEEP bytes, made on
+ * its first unaligned request (nbdkit's worker threads end with their
+ * connection; the key's destructor frees it then).  Writes go through
+ * it in chunks; a larger read gets a buffer of its own for its
+ * duration.  The size: a 2 MiB request (qemu-img's) plus the partial
+ * 64K clusters at both ends, written whole, in one chunk; no larger,
+ * since every thread of every connection has one (an imageio upload
+ * runs 64 threads).
  */
-#define DIO_BOUNCE_KEEP (4 * 1024 * 1024)
-#define DIO_BOUNCE_MIN (256 * 1024)
+#define DIO_BOUNCE_KEEP (2 * 1024 * 1024 + 128 * 1024)
 
 struct bounce
 {
@@ -348,8 +350,11 @@ get_bounce (size_t len, bool *owned)
         }
       if (b->len < len)
         {
-          for (n = DIO_BOUNCE_MIN; n < len; n *= 2)
-            ;
+          /* The whole size at once: growing in steps would fault the
+           * pages in again after each step.  Only the pages a request
+           * touches become resident.
+           */
+          n = DIO_BOUNCE_KEEP;
           free (b->p);
           b->p = NULL;
           b->len = 0;
