@@ -30,16 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "align.h"
 #include "qcow2-internal.h"
 
 #define LINEAR_ALIGN (1024 * 1024)
 #define EXT_BYTES 24 /* type, length, two be64 */
-
-static uint64_t
-div_up (uint64_t a, uint64_t b)
-{
-  return (a + b - 1) / b;
-}
 
 static bool
 image_is_empty (const struct qcow2_image *img)
@@ -107,7 +102,7 @@ data_start (const struct qcow2_image *img, uint64_t blocks)
   uint64_t end
       = img->host_end / cs + l1_entries_needed (img, img->size) + blocks;
 
-  return div_up (end, align) * align;
+  return DIV_ROUND_UP (end, align) * align;
 }
 
 int
@@ -115,7 +110,7 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
                     struct qcow2_error *err)
 {
   const uint64_t cs = img->cluster_size;
-  const uint64_t span = div_up (img->size, cs);
+  const uint64_t span = DIV_ROUND_UP (img->size, cs);
   uint64_t per_block, blocks = 0, d, n, i, cursor, *idx = NULL, *at = NULL;
   size_t nnew = 0;
   unsigned char ext[EXT_BYTES];
@@ -135,7 +130,7 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
   for (;;)
     {
       d = data_start (img, blocks);
-      n = div_up (d + span, per_block);
+      n = DIV_ROUND_UP (d + span, per_block);
       if (n > blocks)
         {
           blocks = n;

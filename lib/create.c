@@ -19,16 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "align.h"
 #include "qcow2-internal.h"
 
 #define QCOW2_MAGIC 0x514649fbU
 #define V3_HEADER_BYTES 104
-
-static uint64_t
-div_up (uint64_t a, uint64_t b)
-{
-  return (a + b - 1) / b;
-}
 
 static int
 write_zero_clusters (struct qcow2_hostio *io, uint64_t off, uint64_t len,
@@ -148,7 +143,7 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
       qcow2_set_error (err, EFBIG, "size %" PRIu64 " is too large", o->size);
       return -1;
     }
-  l1_entries = div_up (o->size, cs * (cs / (o->extended_l2 ? 16 : 8)));
+  l1_entries = DIV_ROUND_UP (o->size, cs * (cs / (o->extended_l2 ? 16 : 8)));
   if (l1_entries == 0)
     l1_entries = 1;
   if (l1_entries * 8 > MAX_L1_BYTES)
@@ -159,7 +154,7 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
                        o->size);
       return -1;
     }
-  l1_clusters = div_up (l1_entries * 8, cs);
+  l1_clusters = DIV_ROUND_UP (l1_entries * 8, cs);
 
   /* Table and block counts depend on each other and on where the data
    * starts: iterate to the fixed point (a few rounds).
@@ -172,14 +167,14 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
       if (o->linear)
         {
           uint64_t align = cs >= (1 << 20) ? 1 : (1 << 20) / cs;
-          span = div_up (o->size, cs);
-          data_start = div_up (meta_end + l1_entries, align) * align;
+          span = DIV_ROUND_UP (o->size, cs);
+          data_start = DIV_ROUND_UP (meta_end + l1_entries, align) * align;
           total = data_start + span;
         }
       else
         total = meta_end;
-      b = div_up (total, per_block);
-      rt = div_up (b * 8, cs);
+      b = DIV_ROUND_UP (total, per_block);
+      rt = DIV_ROUND_UP (b * 8, cs);
       if (b == blocks && rt == rt_clusters)
         break;
       blocks = b;

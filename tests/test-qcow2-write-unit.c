@@ -1515,29 +1515,21 @@ struct late
 {
   uint64_t off;
   unsigned char *buf;
+  bool write; /* else read */
   int done;
 };
 
+/* One cluster-sized request at 'off', in a thread of its own. */
 static void *
-late_reader (void *arg)
+late_request (void *arg)
 {
   struct late *l = arg;
   struct qcow2_error err;
+  int r = l->write ? qcow2_pwrite (g.img, l->buf, g.cs, l->off, &err)
+                   : qcow2_pread (g.img, l->buf, g.cs, l->off, &err);
 
-  if (qcow2_pread (g.img, l->buf, g.cs, l->off, &err) == -1)
-    die ("late reader: %s", err.msg);
-  __atomic_store_n (&l->done, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
-static void *
-late_writer (void *arg)
-{
-  struct late *l = arg;
-  struct qcow2_error err;
-
-  if (qcow2_pwrite (g.img, l->buf, g.cs, l->off, &err) == -1)
-    die ("late writer: %s", err.msg);
+  if (r == -1)
+    die ("late %s: %s", l->write ? "writer" : "reader", err.msg);
   __atomic_store_n (&l->done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
@@ -1582,7 +1574,7 @@ late_read (const char *path)
 
   __atomic_store_n (&slow_calls, 0, __ATOMIC_RELEASE);
   g.read_delay = 1000000; /* 1 s: main's steps below fit in it */
-  pthread_create (&tid, NULL, late_reader, &l);
+  pthread_create (&tid, NULL, late_request, &l);
   wait_for_sleeper ();
   g.read_delay = 0;
   OK (qcow2_discard (g.img, g.cs, a, &err));
@@ -1627,7 +1619,7 @@ late_write (const char *path)
   a = 2 * g.cs;
   b = 9 * g.cs;
   data = malloc (g.cs);
-  l = (struct late){ .off = a, .buf = malloc (g.cs) };
+  l = (struct late){ .off = a, .buf = malloc (g.cs), .write = true };
   CHECK (data && l.buf);
   fill_pattern (data, a, g.cs, 1);
   OK (qcow2_pwrite (g.img, data, g.cs, a, &err));
@@ -1637,7 +1629,7 @@ late_write (const char *path)
   __atomic_store_n (&slow_calls, 0, __ATOMIC_RELEASE);
   __atomic_store_n (&slow_writes_done, 0, __ATOMIC_RELEASE);
   g.write_delay = 300000;
-  pthread_create (&tid, NULL, late_writer, &l);
+  pthread_create (&tid, NULL, late_request, &l);
   wait_for_sleeper ();
   g.write_delay = 0;
   OK (qcow2_discard (g.img, g.cs, a, &err));
