@@ -32,6 +32,14 @@
 #                      2x the sample's allocated size free; must not be tmpfs,
 #                      which has no O_DIRECT)
 #   RESULTS=FILE       also write the raw per-run results (TSV) there
+#   SETTLE=3           seconds of quiet before each timed upload (0: none).
+#                      On a VM whose balloon reports free pages to the host
+#                      (free page reporting), memory freed a few seconds
+#                      earlier costs a host fault on first touch again: a
+#                      writeback upload right after the previous one (whose
+#                      page cache was just freed) used 0.8 s of server CPU,
+#                      the same upload after 4 s of quiet 3.3 s.  The pause
+#                      gives every configuration the same, idle-server start.
 #   FORMAT=raw|qcow2   format of targets named without one (default raw); a
 #                      target may name its own: TARGETS="image image:qcow2
 #                      qemu-nbd:qcow2" interleaves raw and qcow2 uploads.
@@ -56,6 +64,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 size=${SIZE:-4G}
 runs=${RUNS:-3}
+settle=${SETTLE:-3}
 build=${BUILD:-$top/build}
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "upload: BUILD=$build: no such directory" >&2; exit 1; }
 targets=${TARGETS:-image file qemu-nbd}
@@ -75,6 +84,7 @@ die () { echo "upload: ERROR: $*" >&2; exit 1; }
 
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "RUNS=$runs: expected a positive integer"
 [ "$runs" -ge 3 ] || say "warning: RUNS=$runs; medians need at least 3 runs"
+[[ $settle =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "SETTLE=$settle: expected seconds"
 for p in nbdkit qemu-img qemu-nbd nbdcopy numfmt awk; do
   command -v "$p" >/dev/null || die "$p is not installed (scripts/setup.sh installs it)"
 done
@@ -253,6 +263,7 @@ upload_once ()                # RUN KIND MODE CLIENT
     qemu-img create -q -f qcow2 "$target" "$vsize" || die "qemu-img create failed"
   fi                           # (else our plugin creates its own: create=true)
   sync -f "$tmp"               # start from a quiet disk (not timed)
+  sleep "$settle"              # and the same memory state (SETTLE above)
   if [ "$kind" = local ]; then
     t0=$EPOCHREALTIME
     nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
