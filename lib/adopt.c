@@ -9,7 +9,7 @@
  * for an existing image on a regular file, once, at its first writable
  * open: the data area (guest cluster g at host cluster D + g) starts past
  * everything in use plus room for every L2 table the disk can need,
- * aligned to 1 MiB, and every refcount block for [0, D + span) is made
+ * aligned to 2 MiB, and every refcount block for [0, D + span) is made
  * now, below D (a block made later would land at the first cluster it
  * covers: some guest cluster's home).  Last, our header extension
  * records D and the span, so later opens (ours) find the layout again;
@@ -33,7 +33,6 @@
 #include "align.h"
 #include "qcow2-internal.h"
 
-#define LINEAR_ALIGN (1024 * 1024)
 #define EXT_BYTES 24 /* type, length, two be64 */
 
 static bool
@@ -98,7 +97,7 @@ static uint64_t
 data_start (const struct qcow2_image *img, uint64_t blocks)
 {
   const uint64_t cs = img->cluster_size;
-  const uint64_t align = cs < LINEAR_ALIGN ? LINEAR_ALIGN / cs : 1;
+  const uint64_t align = cs < LINEAR_DATA_ALIGN ? LINEAR_DATA_ALIGN / cs : 1;
   uint64_t end
       = img->host_end / cs + l1_entries_needed (img, img->size) + blocks;
 

@@ -5,7 +5,7 @@
  * asked for), the refcount table, refcount blocks, and an empty L1
  * table, in that order from cluster 0.  For the linear layout the data
  * area starts past room for every L2 table the disk can need, aligned
- * to 1 MiB, and the refcount blocks for the whole span are made now:
+ * to 2 MiB, and the refcount blocks for the whole span are made now:
  * a block made later would land at the first cluster it covers, inside
  * the span, where some guest cluster's data belongs.
  *
@@ -166,7 +166,7 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
       meta_end = 1 + rt_clusters + blocks + l1_clusters;
       if (o->linear)
         {
-          uint64_t align = cs >= (1 << 20) ? 1 : (1 << 20) / cs;
+          uint64_t align = cs >= LINEAR_DATA_ALIGN ? 1 : LINEAR_DATA_ALIGN / cs;
           span = DIV_ROUND_UP (o->size, cs);
           data_start = DIV_ROUND_UP (meta_end + l1_entries, align) * align;
           total = data_start + span;

@@ -17,6 +17,15 @@
 /* Defence limits, the same as qemu's (block/qcow2.h). */
 #define MAX_L1_BYTES (32 * 1024 * 1024)
 #define MAX_REFTABLE_BYTES (8 * 1024 * 1024)
+
+/* Where the linear layout's data area starts is a multiple of this:
+ * guest offsets aligned to 2 MiB stay so on the host, and the page
+ * cache can then hold an uploaded file in 2 MiB folios.  With 1 MiB a
+ * writeback upload (qemu-img convert -W) cost the server 8-10% more CPU
+ * than the same upload at 2 MiB (measured through nbdkit's offset
+ * filter on a raw file).
+ */
+#define LINEAR_DATA_ALIGN (2 * 1024 * 1024)
 #define MAX_SNAPSHOTS 65536
 #define MAX_SNAPSHOTS_BYTES (64 * 1024 * 1024)
 #define MAX_SNAPSHOT_EXTRA 1024
