@@ -174,6 +174,7 @@ free_write_state (struct qcow2_image *img)
   free (img->pending);
   free (img->zero_buf);
   img->zero_buf = NULL;
+  qcow2_scratch_free (img);
   qcow2_commit_free (img);
   img->l1_dirty = img->pending = NULL;
   img->writable = false;

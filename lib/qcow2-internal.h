@@ -26,6 +26,11 @@
  * filter on a raw file).
  */
 #define LINEAR_DATA_ALIGN (2 * 1024 * 1024)
+
+/* Scratch buffers kept per image (scratch.c): enough for the partial
+ * clusters of several requests at once.
+ */
+#define QCOW2_SCRATCH_SLOTS 8
 #define MAX_SNAPSHOTS 65536
 #define MAX_SNAPSHOTS_BYTES (64 * 1024 * 1024)
 #define MAX_SNAPSHOT_EXTRA 1024
@@ -274,6 +279,10 @@ struct qcow2_image
   uint64_t *pending;
   size_t npending, pending_cap;
   unsigned char *zero_buf; /* one cluster of zeroes (read only) */
+  /* Cluster-sized buffers kept for the next request (scratch.c);
+   * taken and given back atomically.
+   */
+  unsigned char *scratch[QCOW2_SCRATCH_SLOTS];
   /* Group commit: cut_seq counts cuts, done_seq is the last cut whose
    * commit completed; one commit runs at a time ('committing').
    * Protected by commit_lock, which is never held while taking 'lock'.
@@ -446,6 +455,12 @@ extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
 extern int qcow2_apply_deferred (struct qcow2_image *img,
                                  struct qcow2_error *err);
 extern void qcow2_commit_free (struct qcow2_image *img);
+
+/* scratch.c */
+extern unsigned char *qcow2_scratch_get (struct qcow2_image *img,
+                                         struct qcow2_error *err);
+extern void qcow2_scratch_put (struct qcow2_image *img, unsigned char *buf);
+extern void qcow2_scratch_free (struct qcow2_image *img);
 
 /* Before a write or zero (write.c): writable, and inside the disk? */
 extern int qcow2_check_change (struct qcow2_image *img, uint64_t count,

@@ -207,10 +207,10 @@ struct wslot
 };
 
 static void
-free_fill (const struct qcow2_image *img, struct wslot *s)
+free_fill (struct qcow2_image *img, struct wslot *s)
 {
   if (s->fill != img->zero_buf)
-    free (s->fill);
+    qcow2_scratch_put (img, s->fill);
   s->fill = NULL;
 }
 
@@ -324,12 +324,9 @@ read_fill (struct qcow2_image *img, struct wslot *s, struct qcow2_error *err)
       s->fill = (unsigned char *)img->zero_buf;
       return 0;
     }
-  if (posix_memalign ((void **)&s->fill, 4096, cs) != 0)
-    {
-      s->fill = NULL;
-      qcow2_set_error (err, ENOMEM, "out of memory");
-      return -1;
-    }
+  s->fill = qcow2_scratch_get (img, err);
+  if (s->fill == NULL)
+    return -1;
   memset (s->fill + len, 0, cs - len);
   return qcow2_pread_unlocked (img, s->fill, len, gstart, err);
 }
@@ -371,7 +368,7 @@ out:
  * fails).
  */
 static void
-drop_slots (const struct qcow2_image *img, struct wslot *run, unsigned n)
+drop_slots (struct qcow2_image *img, struct wslot *run, unsigned n)
 {
   unsigned i;
 

@@ -428,11 +428,8 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
     {
       bool zero;
 
-      if (buf == NULL && (buf = malloc (img->cluster_size)) == NULL)
-        {
-          qcow2_set_error (err, ENOMEM, "out of memory");
-          goto fail;
-        }
+      if (buf == NULL && (buf = qcow2_scratch_get (img, err)) == NULL)
+        goto fail;
       if (reads_zero (img, buf, part[i].lo, part[i].hi - part[i].lo, &zero, err)
           == -1)
         goto fail;
@@ -470,7 +467,7 @@ fail:
   img_set_failed (img);
   r = -1;
 out:
-  free (buf);
+  qcow2_scratch_put (img, buf);
   qcow2_unclaim (img, &claim);
   qcow2_req_end (img, &req);
   return r;
