@@ -295,7 +295,7 @@ upload_once ()                # RUN KIND MODE CLIENT
 }
 
 # ---- the runs: round-robin, so slow phases of the machine hit every
-# configuration alike; the order rotates every round.
+# configuration alike; the order is shuffled every round (round_order).
 configs=()
 for t in $targets; do
   for m in $modes; do
@@ -312,8 +312,8 @@ load_before=$(uptime)
 say "load before: $load_before"
 n=${#configs[@]}
 for ((r = 1; r <= runs; r++)); do
-  for ((i = 0; i < n; i++)); do
-    read -r t m c <<<"${configs[$(((i + r - 1) % n))]}"
+  for i in $(round_order "$n" "$r"); do
+    read -r t m c <<<"${configs[$i]}"
     [ -z "${skip_reason[$t/$m]:-}" ] || continue
     upload_once "$r" "$t" "$m" "$c"
   done
