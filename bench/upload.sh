@@ -40,6 +40,13 @@
 #                      page cache was just freed) used 0.8 s of server CPU,
 #                      the same upload after 4 s of quiet 3.3 s.  The pause
 #                      gives every configuration the same, idle-server start.
+#   PREFAULT=0         GiB of memory to touch and free right before each
+#                      timed upload (after SETTLE), so that the upload's page
+#                      cache and buffers land on memory the host backs: the
+#                      other way to give every run the same start, and a
+#                      steadier one (SETTLE alone leaves runs bimodal: some
+#                      pay the host faults, some do not).  3 covers a 4 GiB
+#                      sample; it costs about 5 s per run here.
 #   FORMAT=raw|qcow2   format of targets named without one (default raw); a
 #                      target may name its own: TARGETS="image image:qcow2
 #                      qemu-nbd:qcow2" interleaves raw and qcow2 uploads.
@@ -65,6 +72,7 @@ top=$(cd "$here/.." && pwd)
 size=${SIZE:-4G}
 runs=${RUNS:-3}
 settle=${SETTLE:-3}
+prefault=${PREFAULT:-0}
 build=${BUILD:-$top/build}
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "upload: BUILD=$build: no such directory" >&2; exit 1; }
 targets=${TARGETS:-image file qemu-nbd}
@@ -85,6 +93,7 @@ die () { echo "upload: ERROR: $*" >&2; exit 1; }
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "RUNS=$runs: expected a positive integer"
 [ "$runs" -ge 3 ] || say "warning: RUNS=$runs; medians need at least 3 runs"
 [[ $settle =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "SETTLE=$settle: expected seconds"
+[[ $prefault =~ ^[0-9]+$ ]] || die "PREFAULT=$prefault: expected whole GiB"
 for p in nbdkit qemu-img qemu-nbd nbdcopy numfmt awk; do
   command -v "$p" >/dev/null || die "$p is not installed (scripts/setup.sh installs it)"
 done
@@ -264,6 +273,13 @@ upload_once ()                # RUN KIND MODE CLIENT
   fi                           # (else our plugin creates its own: create=true)
   sync -f "$tmp"               # start from a quiet disk (not timed)
   sleep "$settle"              # and the same memory state (SETTLE above)
+  [ "$prefault" -eq 0 ] || python3 -c '
+import mmap, sys
+n = int(sys.argv[1]) << 30
+m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for off in range(0, n, 4096):
+    m[off] = 1
+m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much memory"
   if [ "$kind" = local ]; then
     t0=$EPOCHREALTIME
     nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
