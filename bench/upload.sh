@@ -45,8 +45,9 @@
 #                      cache and buffers land on memory the host backs: the
 #                      other way to give every run the same start, and a
 #                      steadier one (SETTLE alone leaves runs bimodal: some
-#                      pay the host faults, some do not).  3 covers a 4 GiB
-#                      sample; it costs about 5 s per run here.
+#                      pay the host faults, some do not).  6 covers a 4 GiB
+#                      sample with every client (3 left imageio runs
+#                      bimodal); it costs about 10 s per run here.
 #   FORMAT=raw|qcow2   format of targets named without one (default raw); a
 #                      target may name its own: TARGETS="image image:qcow2
 #                      qemu-nbd:qcow2" interleaves raw and qcow2 uploads.
