@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "align.h"
 #include "array-size.h"
 #include "format.h"
 #include "parse-enum-param.h"
@@ -250,6 +252,23 @@ image_config_complete (void)
               nbdkit_error ("create=%s needs size=SIZE",
                             create_mode == CREATE_FORCE ? "force" : "true");
               return -1;
+            }
+          /* qemu keeps a qcow2 virtual size in 512-byte sectors and
+           * drops a partial last one when it opens the image; qemu-img
+           * create rounds the size up, so do the same (bytes a client
+           * writes at the end would otherwise vanish under qemu).
+           */
+          if (create_size % 512)
+            {
+              if (create_size > INT64_MAX - 511)
+                {
+                  nbdkit_error ("size=%" PRIi64 " is too large", create_size);
+                  return -1;
+                }
+              nbdkit_debug ("create: size %" PRIi64 " rounded up to %" PRIi64
+                            " (a multiple of 512, as qemu-img create does)",
+                            create_size, ROUND_UP (create_size, 512));
+              create_size = ROUND_UP (create_size, 512);
             }
           if (qcow2_format.create (filename, create_size,
                                    create_mode == CREATE_FORCE)

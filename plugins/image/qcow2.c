@@ -950,12 +950,17 @@ fail:
   return NULL;
 }
 
+/* qemu counts a qcow2 virtual size in whole 512-byte sectors and
+ * ignores a partial last one (an image made by another tool may have
+ * one): serve what qemu serves, so that no byte a client writes is
+ * invisible to qemu.
+ */
 static int64_t
 qcow2_glue_get_size (void *state)
 {
   struct q2 *q = state;
 
-  return qcow2_get_size (q->layers[0].img);
+  return ROUND_DOWN (qcow2_get_size (q->layers[0].img), 512);
 }
 
 static int
