@@ -1153,7 +1153,12 @@ add_parameters (void)
   add (&a, p);
   free (p);
   addf (&a, "file=%s", spec.path);
-  add (&a, plan.info.format == FORMAT_QCOW2 ? "format=qcow2" : "format=raw");
+  /* A probed raw image is probed again by the plugin, which then keeps
+   * its first sector raw as qemu-nbd does.
+   */
+  add (&a, plan.info.format == FORMAT_QCOW2 ? "format=qcow2"
+           : plan.info.probed_raw           ? "format=auto"
+                                            : "format=raw");
   add (&a, cmd.cache == CACHE_NONE || cmd.cache == CACHE_DIRECTSYNC
                ? "cache=none"
                : "cache=writeback");
@@ -1279,8 +1284,8 @@ main (int argc, char *argv[])
          cmd.filename);
   if (plan.info.probed_raw)
     warn ("Image format was not specified for '%s' and probing guessed raw; "
-          "specify -f raw (nbdstack-nbd does not restrict writes to block 0 "
-          "as qemu-nbd does)",
+          "writes that would make block 0 look like another format are "
+          "refused: specify -f raw to remove the restriction",
           spec.path);
   plan.readonly = cmd.readonly || spec.read_only;
   if (cmd.snapshot && plan.info.format != FORMAT_QCOW2)

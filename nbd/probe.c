@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <linux/fs.h>
 #endif
 
+#include "image-magic.h"
 #include "probe.h"
 #include "set-error.h"
 
@@ -30,48 +32,6 @@ static uint64_t
 be64 (const unsigned char *p)
 {
   return (uint64_t)be32 (p) << 32 | be32 (p + 4);
-}
-
-static uint32_t
-le32 (const unsigned char *p)
-{
-  return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8
-         | p[0];
-}
-
-/* Formats qemu would recognise but that we do not serve.  Serving one
- * of them as raw would hand the client the container instead of the
- * disk, so a probed image in one of them is refused.  The magic tests
- * are those of qemu's probe functions.
- */
-static const char *
-other_format (const unsigned char *h, size_t n)
-{
-  if (n >= 8 && memcmp (h, "QFI\xfb", 4) == 0 && be32 (h + 4) == 1)
-    return "qcow";
-  if (n >= 4 && memcmp (h, "QED\0", 4) == 0)
-    return "qed";
-  if (n >= 4 && memcmp (h, "KDMV", 4) == 0)
-    return "vmdk";
-  if (n >= 21 && memcmp (h, "# Disk DescriptorFile", 21) == 0)
-    return "vmdk";
-  if (n >= 0x44 && le32 (h + 0x40) == 0xbeda107f)
-    return "vdi";
-  if (n >= 8 && memcmp (h, "vhdxfile", 8) == 0)
-    return "vhdx";
-  if (n >= 8 && memcmp (h, "conectix", 8) == 0)
-    return "vpc";
-  if (n >= 6 && memcmp (h, "LUKS\xba\xbe", 6) == 0)
-    return "luks";
-  if (n >= 16
-      && (memcmp (h, "WithoutFreeSpace", 16) == 0
-          || memcmp (h, "WithouFreSpacExt", 16) == 0))
-    return "parallels";
-  if (n >= 22 && memcmp (h, "Bochs Virtual HD Image", 22) == 0)
-    return "bochs";
-  if (n >= 23 && memcmp (h, "#!/bin/sh\n#V2.0 Format\n", 23) == 0)
-    return "cloop";
-  return NULL;
 }
 
 static bool
@@ -159,12 +119,21 @@ probe_image (const struct image_spec *spec, struct image_info *info, char **err)
     case FORMAT_PROBE:
       if (is_qcow2 (h, n))
         info->format = FORMAT_QCOW2;
-      else if (other_format (h, n))
+      else if (image_magic (h, n) && strcmp (image_magic (h, n), "qcow2") == 0)
         {
+          set_error (err, "'%s': Unsupported qcow2 version %" PRIu32,
+                     spec->path, be32 (h + 4));
+          goto out;
+        }
+      else if (image_magic (h, n))
+        {
+          /* Serving another format as raw would hand the client the
+           * container instead of the disk.
+           */
           set_error (err,
                      "'%s' is a %s image: that format is not supported "
                      "by nbdstack-nbd (raw and qcow2 are)",
-                     spec->path, other_format (h, n));
+                     spec->path, image_magic (h, n));
           goto out;
         }
       else

@@ -12,7 +12,8 @@ IMAGE_TESTS = \
 	test-image-loop.sh \
 	test-image-strict.sh \
 	test-image-faults.sh \
-	test-image-upload.sh
+	test-image-upload.sh \
+	test-image-probed-raw.sh
 TESTS += $(IMAGE_TESTS)
 EXTRA_DIST += $(IMAGE_TESTS)
 

@@ -7,6 +7,7 @@ NBD_TESTS = \
 	test-nbd-clients.sh \
 	test-nbd-fork.sh \
 	test-nbd-upload.sh \
-	test-nbd-blockdev.sh
+	test-nbd-blockdev.sh \
+	test-nbd-probed-raw.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py

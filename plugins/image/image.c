@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "align.h"
 #include "array-size.h"
 #include "format.h"
+#include "image-magic.h"
 #include "parse-enum-param.h"
 #include "parse-size-param.h"
 #include "qcow2.h"
@@ -44,6 +46,16 @@ static int64_t create_size = -1;
 
 static const struct format_ops *format;
 static void *format_state;
+
+/* format=auto found no other format's magic and chose raw.  Then, as
+ * qemu does for a raw image whose format it probed, a write, zero or
+ * trim may not make the first sector name another format: the next
+ * probe (ours, qemu's, nbdstack-nbd's) would serve a different disk.
+ * Changes that reach the first sector are checked and done under
+ * sector0_lock, so two of them cannot build a header between them.
+ */
+static bool probed_raw;
+static pthread_mutex_t sector0_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const struct format_ops *const all_formats[] = {
   &raw_format,
@@ -299,8 +311,17 @@ image_config_complete (void)
       nbdkit_error ("%s: not a regular file or block device", filename);
       return -1;
     }
-  if (format_choice == FORMAT_AUTO && sniff_format (&format_choice) == -1)
-    return -1;
+  if (format_choice == FORMAT_AUTO)
+    {
+      if (sniff_format (&format_choice) == -1)
+        return -1;
+      probed_raw = format_choice == FORMAT_RAW;
+      if (probed_raw)
+        nbdkit_debug ("%s: format=auto guessed raw: changes that would make "
+                      "the first sector name another format are refused "
+                      "(format=raw lifts this)",
+                      filename);
+    }
   format = format_choice == FORMAT_QCOW2 ? &qcow2_format : &raw_format;
   assert_format_complete (format);
   options.file = filename;
@@ -379,10 +400,83 @@ image_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
   return format->pread (format_state, buf, count, offset, flags);
 }
 
+enum sector0_change
+{
+  CHANGE_WRITE,
+  CHANGE_ZERO,
+  CHANGE_TRIM
+};
+
+/* A probed raw image: may this change of [offset, offset+count), which
+ * reaches into the first sector, be made?  Called with sector0_lock
+ * held (see sector0_change).  0 if it keeps the first sector raw; -1 with EPERM (or the read
+ * error) if not.  A trim is taken as zeroing, since a punched hole
+ * reads as zeroes.
+ */
+static int
+check_sector0 (enum sector0_change what, const void *buf, uint32_t count,
+               uint64_t offset)
+{
+  unsigned char s[IMAGE_MAGIC_BYTES];
+  int64_t size = format->get_size (format_state);
+  size_t n, end;
+  const char *name;
+
+  if (size < 0)
+    return -1;
+  n = size < (int64_t)sizeof s ? (size_t)size : sizeof s;
+  if (n > 0 && format->pread (format_state, s, n, 0, 0) == -1)
+    return -1;
+  end = offset + count < n ? offset + count : n;
+  if (what == CHANGE_WRITE)
+    memcpy (s + offset, buf, end - offset);
+  else
+    memset (s + offset, 0, end - offset);
+  name = image_magic (s, n);
+  if (name == NULL)
+    return 0;
+  nbdkit_error ("%s: refusing a %s at offset %" PRIu64 ": the image's format "
+                "was probed as raw and the first sector would then name "
+                "%s (use format=raw to allow it)",
+                filename,
+                what == CHANGE_WRITE ? "write"
+                : what == CHANGE_ZERO ? "zero"
+                                      : "trim",
+                offset, name);
+  nbdkit_set_error (EPERM);
+  return -1;
+}
+
+/* A change of a probed raw image that reaches into the first sector:
+ * checked, then made, under sector0_lock.
+ */
+static int
+sector0_change (enum sector0_change what, const void *buf, uint32_t count,
+                uint64_t offset, uint32_t flags)
+{
+  int r;
+
+  pthread_mutex_lock (&sector0_lock);
+  r = check_sector0 (what, buf, count, offset);
+  if (r == 0)
+    {
+      if (what == CHANGE_WRITE)
+        r = format->pwrite (format_state, buf, count, offset, flags);
+      else if (what == CHANGE_ZERO)
+        r = format->zero (format_state, count, offset, flags);
+      else
+        r = format->trim (format_state, count, offset, flags);
+    }
+  pthread_mutex_unlock (&sector0_lock);
+  return r;
+}
+
 static int
 image_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
               uint32_t flags)
 {
+  if (probed_raw && offset < IMAGE_MAGIC_BYTES)
+    return sector0_change (CHANGE_WRITE, buf, count, offset, flags);
   return format->pwrite (format_state, buf, count, offset, flags);
 }
 
@@ -395,12 +489,16 @@ image_flush (void *handle, uint32_t flags)
 static int
 image_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
+  if (probed_raw && offset < IMAGE_MAGIC_BYTES)
+    return sector0_change (CHANGE_TRIM, NULL, count, offset, flags);
   return format->trim (format_state, count, offset, flags);
 }
 
 static int
 image_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
+  if (probed_raw && offset < IMAGE_MAGIC_BYTES)
+    return sector0_change (CHANGE_ZERO, NULL, count, offset, flags);
   return format->zero (format_state, count, offset, flags);
 }
 
