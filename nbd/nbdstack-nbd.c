@@ -1288,6 +1288,8 @@ main (int argc, char *argv[])
           "refused: specify -f raw to remove the restriction",
           spec.path);
   plan.readonly = cmd.readonly || spec.read_only;
+  if (!plan.readonly && probe_writable (&spec, &err) == -1)
+    die ("Failed to open '%s': %s", cmd.filename, err ? err : "out of memory");
   if (cmd.snapshot && plan.info.format != FORMAT_QCOW2)
     die ("Failed to load snapshot: '%s' is raw: only qcow2 images have "
          "internal snapshots",

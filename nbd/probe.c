@@ -170,3 +170,16 @@ out:
   close (fd);
   return r;
 }
+
+int
+probe_writable (const struct image_spec *spec, char **err)
+{
+  int fd;
+
+  *err = NULL;
+  fd = open (spec->path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+  if (fd == -1)
+    return set_error (err, "Could not open '%s': %m", spec->path);
+  close (fd);
+  return 0;
+}

@@ -29,4 +29,10 @@ struct image_info
 extern int probe_image (const struct image_spec *spec, struct image_info *info,
                         char **err);
 
+/* Without -r qemu-nbd opens the image for writing and exits when it
+ * cannot: can SPEC->path be opened for writing?  0, or -1 with a
+ * malloc'd message in *ERR.
+ */
+extern int probe_writable (const struct image_spec *spec, char **err);
+
 #endif /* NBDSTACK_NBD_PROBE_H */

@@ -13,7 +13,8 @@ IMAGE_TESTS = \
 	test-image-strict.sh \
 	test-image-faults.sh \
 	test-image-upload.sh \
-	test-image-probed-raw.sh
+	test-image-probed-raw.sh \
+	test-image-unwritable.sh
 TESTS += $(IMAGE_TESTS)
 EXTRA_DIST += $(IMAGE_TESTS)
 

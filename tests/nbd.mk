@@ -8,6 +8,7 @@ NBD_TESTS = \
 	test-nbd-fork.sh \
 	test-nbd-upload.sh \
 	test-nbd-blockdev.sh \
-	test-nbd-probed-raw.sh
+	test-nbd-probed-raw.sh \
+	test-nbd-unwritable.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# image plugin, raw: readonly=true, nbdkit -r, and a file that cannot be
-# opened for writing (immutable) all give a read-only export whose
-# writes, zeroes and trims fail with EPERM and leave the file untouched.
+# image plugin, raw: readonly=true and nbdkit -r give a read-only export
+# whose writes, zeroes and trims fail with EPERM and leave the file
+# untouched.  A file that cannot be opened for writing (immutable) is
+# served so with readonly=true and refused at start without it (issue
+# 19 item 7), as qemu-nbd refuses it without -r; see also
+# test-image-unwritable.sh.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdsh
@@ -34,12 +37,13 @@ for cache in writeback none; do
   nbdsh -u "$(uri r-$cache)" -c "IMG='$img'" -c "$SCRIPT"
 done
 
-# An immutable file cannot be opened for writing even by root: served
-# read-only rather than refused (like nbdkit's file plugin).
+# An immutable file cannot be opened for writing even by root: with
+# readonly=true it is served read-only.
 if chattr +i "$img" 2>/dev/null; then
   on_exit "chattr -i '$img'"
-  start_nbdkit immutable "$IMAGE_PLUGIN" file="$img"
+  start_nbdkit immutable "$IMAGE_PLUGIN" file="$img" readonly=true
   nbdsh -u "$(uri immutable)" -c "IMG='$img'" -c "$SCRIPT"
+  stop_nbdkit immutable
   chattr -i "$img"
 else
   echo "note: chattr +i not supported on $T, immutable case not run" >&2

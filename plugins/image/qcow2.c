@@ -635,9 +635,10 @@ hostio_direct (int fd)
 
 static enum image_cache_mode cache_mode;
 
-/* Open 'path'.  '*writable' asks for a writable descriptor; a file we
- * may only read is then opened read-only (as raw does: the export is
- * read-only, not refused) and *writable cleared.
+/* Open 'path', for writing if '*writable'.  A top image we may only
+ * read is refused then (as raw does, and qemu-nbd: readonly=true serves
+ * it read-only); backing and data files are never asked to be
+ * writable.
  */
 static struct qcow2_hostio *
 open_file (const char *path, struct stat *st, bool *writable)
@@ -651,8 +652,10 @@ open_file (const char *path, struct stat *st, bool *writable)
       fd = open (path, O_RDWR | O_CLOEXEC | dflag);
       if (fd == -1 && (errno == EACCES || errno == EROFS || errno == EPERM))
         {
-          nbdkit_debug ("%s: not writable (%m), serving read-only", path);
-          *writable = false;
+          nbdkit_error ("%s: cannot open for writing: %m (readonly=true "
+                        "serves it read-only)",
+                        path);
+          return NULL;
         }
       else if (fd == -1)
         goto open_error;

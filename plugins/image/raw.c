@@ -154,12 +154,18 @@ raw_open (const struct image_options *opts)
     {
       raw->fd = open (opts->file, O_RDWR | O_CLOEXEC | dflag);
       raw->writable = raw->fd >= 0;
-      /* Like nbdkit's file plugin: a file we may only read is served
-       * read-only (clients see a read-only export), not refused.
+      /* As qemu-nbd: a file we may only read is refused unless
+       * readonly=true, not served read-only (a client would only learn
+       * it when its first write failed).
        */
       if (raw->fd == -1
           && (errno == EACCES || errno == EROFS || errno == EPERM))
-        nbdkit_debug ("%s: not writable (%m), serving read-only", opts->file);
+        {
+          nbdkit_error ("%s: cannot open for writing: %m (readonly=true "
+                        "serves it read-only)",
+                        opts->file);
+          goto err;
+        }
       else if (raw->fd == -1)
         goto open_error;
     }
