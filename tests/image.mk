@@ -14,7 +14,8 @@ IMAGE_TESTS = \
 	test-image-faults.sh \
 	test-image-upload.sh \
 	test-image-probed-raw.sh \
-	test-image-unwritable.sh
+	test-image-unwritable.sh \
+	test-image-resize.sh
 TESTS += $(IMAGE_TESTS)
 EXTRA_DIST += $(IMAGE_TESTS)
 

@@ -652,6 +652,13 @@ open_file (const char *path, struct stat *st, bool *writable)
       fd = open (path, O_RDWR | O_CLOEXEC | dflag);
       if (fd == -1 && (errno == EACCES || errno == EROFS || errno == EPERM))
         {
+          int err = errno;
+
+          fd = open (path, O_RDONLY | O_CLOEXEC | dflag);
+          if (fd == -1)
+            goto open_error; /* not even readable: say that */
+          close (fd);
+          errno = err;
           nbdkit_error ("%s: cannot open for writing: %m (readonly=true "
                         "serves it read-only)",
                         path);

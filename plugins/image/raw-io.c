@@ -338,13 +338,15 @@ int
 raw_read_bytes (struct raw *raw, void *buf, uint32_t count, uint64_t offset)
 {
   char *p = buf;
+  uint64_t tail;
 
   if (!raw->direct)
     return full_pread (raw->fd, buf, count, offset);
+  tail = raw_tail_start (raw);
 
-  if (offset < (uint64_t)raw->tail_start)
+  if (offset < tail)
     {
-      uint32_t n = MIN (offset + count, (uint64_t)raw->tail_start) - offset;
+      uint32_t n = MIN (offset + count, tail) - offset;
       if (dio_read (raw, p, n, offset) == -1)
         return -1;
       p += n;
@@ -361,13 +363,15 @@ raw_write_bytes (struct raw *raw, const void *buf, uint32_t count,
                  uint64_t offset, bool fua)
 {
   const char *p = buf;
+  uint64_t tail;
 
   if (!raw->direct)
     return full_pwrite (raw, raw->fd, buf, count, offset, fua);
+  tail = raw_tail_start (raw);
 
-  if (offset < (uint64_t)raw->tail_start)
+  if (offset < tail)
     {
-      uint32_t n = MIN (offset + count, (uint64_t)raw->tail_start) - offset;
+      uint32_t n = MIN (offset + count, tail) - offset;
       if (dio_write (raw, p, n, offset, fua) == -1)
         return -1;
       p += n;

@@ -118,6 +118,53 @@ check:
 
 static void raw_close (void *state);
 
+/* The current size of the open file or device, checked against the
+ * largest size served; sets raw->size and raw->tail_start.  0, or -1
+ * after nbdkit_error.
+ */
+static int
+take_size (struct raw *raw)
+{
+  int64_t size, tail;
+
+  if (raw->is_blkdev)
+    {
+      uint64_t bytes;
+      if (ioctl (raw->fd, BLKGETSIZE64, &bytes) == -1)
+        {
+          nbdkit_error ("%s: block device size (ioctl BLKGETSIZE64) "
+                        "not supported: %m",
+                        raw->file);
+          return -1;
+        }
+      if (bytes > INT64_MAX)
+        bytes = INT64_MAX;
+      size = bytes;
+    }
+  else
+    {
+      struct stat st;
+      if (fstat (raw->fd, &st) == -1)
+        {
+          nbdkit_error ("%s: fstat: %m", raw->file);
+          return -1;
+        }
+      size = st.st_size;
+    }
+  if (size > INT64_MAX - 2 * RAW_MAX_ALIGN)
+    {
+      nbdkit_error ("%s: size too large", raw->file);
+      return -1;
+    }
+  tail = size;
+  if (raw->direct && !IS_ALIGNED (size, raw->align))
+    tail = ROUND_DOWN (size, MAX ((uint64_t)sysconf (_SC_PAGESIZE),
+                                  raw->align));
+  atomic_store_explicit (&raw->size, size, memory_order_relaxed);
+  atomic_store_explicit (&raw->tail_start, tail, memory_order_relaxed);
+  return 0;
+}
+
 static void *
 raw_open (const struct image_options *opts)
 {
@@ -125,7 +172,6 @@ raw_open (const struct image_options *opts)
   struct raw *raw;
   struct stat st;
   int dflag = opts->cache == CACHE_NONE ? O_DIRECT : 0;
-  long page = sysconf (_SC_PAGESIZE);
 
   if (!io_initialized)
     {
@@ -161,6 +207,13 @@ raw_open (const struct image_options *opts)
       if (raw->fd == -1
           && (errno == EACCES || errno == EROFS || errno == EPERM))
         {
+          int err = errno;
+          int rfd = open (opts->file, O_RDONLY | O_CLOEXEC | dflag);
+
+          if (rfd == -1)
+            goto open_error; /* not even readable: say that */
+          close (rfd);
+          errno = err;
           nbdkit_error ("%s: cannot open for writing: %m (readonly=true "
                         "serves it read-only)",
                         opts->file);
@@ -188,19 +241,12 @@ raw_open (const struct image_options *opts)
       goto err;
     }
 
+  raw->file = opts->file;
   if (S_ISBLK (st.st_mode))
     {
-      uint64_t size;
       int sector;
 
       raw->is_blkdev = true;
-      if (ioctl (raw->fd, BLKGETSIZE64, &size) == -1)
-        {
-          nbdkit_error ("%s: block device size (ioctl BLKGETSIZE64) "
-                        "not supported: %m",
-                        opts->file);
-          goto err;
-        }
       if (ioctl (raw->fd, BLKSSZGET, &sector) == -1)
         {
           nbdkit_error ("%s: block device sector size (ioctl BLKSSZGET) "
@@ -214,32 +260,24 @@ raw_open (const struct image_options *opts)
                         sector);
           goto err;
         }
-      raw->size = size;
       raw->sector = sector;
       raw->blk_zeroes_fast = blk_zeroes_natively (st.st_rdev);
     }
-  else if (S_ISREG (st.st_mode))
-    raw->size = st.st_size;
-  else
+  else if (!S_ISREG (st.st_mode))
     {
       nbdkit_error ("%s: not a regular file or block device", opts->file);
       goto err;
     }
-  if (raw->size > INT64_MAX - 2 * RAW_MAX_ALIGN)
-    {
-      nbdkit_error ("%s: size too large", opts->file);
-      goto err;
-    }
 
-  raw->tail_start = raw->size;
   if (raw->direct)
     {
       if (direct_alignment (raw, opts->file) == -1)
         goto err;
-      if (!IS_ALIGNED (raw->size, raw->align))
+      /* A block device's size is whole sectors; a file's may become
+       * unaligned at any connection.
+       */
+      if (!raw->is_blkdev)
         {
-          raw->tail_start
-              = ROUND_DOWN (raw->size, MAX ((uint64_t)page, raw->align));
           raw->bfd = open (opts->file,
                            (raw->writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
           if (raw->bfd == -1)
@@ -255,6 +293,8 @@ raw_open (const struct image_options *opts)
      */
     raw->align = raw->sector;
 
+  if (take_size (raw) == -1)
+    goto err;
   raw->preferred = MAX (4096u, raw->align);
   if (image_debug_slowzero)
     {
@@ -264,7 +304,7 @@ raw_open (const struct image_options *opts)
     }
   nbdkit_debug ("raw: %s: size %" PRIi64 " %s%s align %" PRIu32
                 " mem_align %" PRIu32 "%s",
-                opts->file, raw->size, raw->is_blkdev ? "block device" : "file",
+                opts->file, (int64_t)raw->size, raw->is_blkdev ? "block device" : "file",
                 raw->direct ? " O_DIRECT" : "", raw->align, raw->mem_align,
                 raw->blk_zeroes_fast ? " fast-zero" : "");
   return raw;
@@ -288,12 +328,18 @@ raw_close (void *state)
   free (raw);
 }
 
+/* nbdkit asks once per connection, as the connection opens: the size
+ * is taken from the file or device then, so a connection sees the file
+ * as it is when it connects (nbdkit's file plugin does the same).
+ */
 static int64_t
 raw_get_size (void *state)
 {
   struct raw *raw = state;
 
-  return raw->size;
+  if (take_size (raw) == -1)
+    return -1;
+  return atomic_load_explicit (&raw->size, memory_order_relaxed);
 }
 
 static int
@@ -558,8 +604,7 @@ raw_zero (void *state, uint32_t count, uint64_t offset, uint32_t flags)
        * a refused FAST_ZERO has not written anything.
        */
       uint64_t m0 = ROUND_UP (offset, raw->align);
-      uint64_t m1
-          = ROUND_DOWN (MIN (end, (uint64_t)raw->tail_start), raw->align);
+      uint64_t m1 = ROUND_DOWN (MIN (end, raw_tail_start (raw)), raw->align);
 
       if (m0 < m1)
         {
@@ -602,7 +647,7 @@ raw_trim (void *state, uint32_t count, uint64_t offset, uint32_t flags)
   if (raw->is_blkdev || raw->direct)
     {
       m0 = ROUND_UP (m0, raw->align);
-      m1 = ROUND_DOWN (MIN (m1, (uint64_t)raw->tail_start), raw->align);
+      m1 = ROUND_DOWN (MIN (m1, raw_tail_start (raw)), raw->align);
     }
   if (m0 < m1)
     {

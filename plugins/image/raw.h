@@ -32,8 +32,14 @@ struct raw
   int bfd; /* buffered fd: the file's unaligned tail */
   bool writable;
   bool is_blkdev;
-  bool direct; /* cache=none */
-  int64_t size;
+  bool direct;      /* cache=none */
+  const char *file; /* for messages: the plugin's file= */
+  /* Taken again at each connection's get_size (a file may grow or
+   * shrink between connections, as with nbdkit's file plugin), so read
+   * both with raw_tail_start/atomic loads: requests of connections that
+   * saw different sizes run side by side.
+   */
+  _Atomic int64_t size;
   uint32_t align;     /* O_DIRECT offset/length alignment */
   uint32_t mem_align; /* O_DIRECT buffer alignment */
   uint32_t sector;    /* logical sector (block devices), else 1 */
@@ -41,9 +47,10 @@ struct raw
   /* cache=none with a size that is not a multiple of align: the bytes
    * from tail_start (page aligned) to size are served through bfd, so
    * no O_DIRECT request ever shares a page with them.  Otherwise
-   * tail_start == size.
+   * tail_start == size.  bfd is open for every cache=none file, since
+   * a later size may not be aligned.
    */
-  int64_t tail_start;
+  _Atomic int64_t tail_start;
   pthread_mutex_t sector_locks[RAW_SECTOR_LOCKS];
 
   /* Calls the kernel refused once with "unsupported"; never retried.
@@ -65,6 +72,13 @@ static inline bool
 raw_is_unsupported (int err)
 {
   return err == EOPNOTSUPP || err == ENOTSUP || err == ENOSYS || err == ENOTTY;
+}
+
+/* Where the bytes served through bfd begin (see tail_start). */
+static inline uint64_t
+raw_tail_start (struct raw *raw)
+{
+  return atomic_load_explicit (&raw->tail_start, memory_order_relaxed);
 }
 
 /* raw-io.c.  All return 0, or -1 with errno set (no nbdkit_error). */
