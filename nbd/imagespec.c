@@ -338,12 +338,35 @@ interpret_layer (struct interp *in, const char *prefix, const char *fmt,
         }
       if (interpret_layer (in, child, NULL, &child_kind) == -1)
         goto out;
+      if (driver && child_kind != LAYER_PROTOCOL
+          && spec->format == FORMAT_RAW && !spec->has_image_range)
+        {
+          /* qcow2 over raw over a protocol node: the raw node's byte
+           * range (if any) is where the qcow2 image lies in the file.
+           */
+          const char *cd = take_string (in, child, "driver");
+          if (cd && strcmp (cd, "raw") == 0)
+            {
+              spec->has_image_range = spec->has_range;
+              spec->image_offset = spec->range_offset;
+              spec->has_image_length = spec->has_range_size;
+              spec->image_length = spec->range_size;
+              spec->has_range = spec->has_range_size = false;
+              spec->range_offset = spec->range_size = 0;
+              child_kind = LAYER_PROTOCOL;
+            }
+        }
       if (child_kind != LAYER_PROTOCOL)
         {
-          set_error (in->err,
-                     "%s over a raw node is not supported (the image "
-                     "plugin opens a whole file)",
-                     driver ? driver : "a probed format");
+          if (driver)
+            set_error (in->err,
+                       "%s over a raw node over another format is not "
+                       "supported (only over a file or a byte range of "
+                       "one)",
+                       driver);
+          else
+            set_error (in->err, "a probed format over a raw node is not "
+                                "supported (name the driver: qcow2 or raw)");
           goto out;
         }
       spec->format = driver ? FORMAT_QCOW2 : FORMAT_PROBE;

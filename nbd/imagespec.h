@@ -9,6 +9,8 @@
  *
  *   [raw (offset, size)] over [qcow2 | raw | probed format] over
  *   file | host_device
+ *   [raw (offset, size)] over qcow2 over raw (offset, size) over
+ *   file | host_device
  *
  * Anything else is refused with one line that names the option.
  */
@@ -74,6 +76,15 @@ struct image_spec
   enum image_format format;
   bool backing_none; /* "backing": null */
   bool read_only;    /* "read-only": true on some layer */
+
+  /* qcow2 over a raw layer with offset and/or size over the file (a
+   * disk inside an OVA): the image is that byte range of the file
+   * (plugin image-offset=, image-length=).
+   */
+  bool has_image_range;
+  uint64_t image_offset;
+  bool has_image_length;
+  uint64_t image_length;
 
   /* A raw layer with offset and/or size above the format layer. */
   bool has_range;

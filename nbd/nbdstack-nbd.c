@@ -1168,6 +1168,10 @@ add_parameters (void)
     {
       /* qemu-nbd opens the backing chain unless told "backing": null. */
       add (&a, spec.backing_none ? "backing=none" : "backing=follow");
+      if (spec.has_image_range)
+        addf (&a, "image-offset=%" PRIu64, spec.image_offset);
+      if (spec.has_image_length)
+        addf (&a, "image-length=%" PRIu64, spec.image_length);
       if (cmd.snapshot)
         add_snapshot_param ();
       add_settings (&a, &settings, DEST_PLUGIN);

@@ -107,7 +107,36 @@ probe_image (const struct image_spec *spec, struct image_info *info, char **err)
   else
     info->size = st.st_size;
 
-  n = pread (fd, h, sizeof h, 0);
+  if (spec->has_image_range)
+    {
+      /* qcow2 over raw{offset, size}: qemu's raw driver checks the
+       * range when it opens, with these words.
+       */
+      if (spec->image_offset > info->size)
+        {
+          set_error (err,
+                     "Offset (%" PRIu64 ") cannot be greater than size of "
+                     "the containing file (%" PRIu64 ")",
+                     spec->image_offset, info->size);
+          goto out;
+        }
+      if (spec->has_image_length
+          && info->size - spec->image_offset < spec->image_length)
+        {
+          set_error (err,
+                     "The sum of offset (%" PRIu64 ") and size (%" PRIu64
+                     ") has to be smaller or equal to the  actual size of "
+                     "the containing file (%" PRIu64 ")",
+                     spec->image_offset, spec->image_length, info->size);
+          goto out;
+        }
+      info->size = spec->has_image_length ? spec->image_length
+                                          : info->size - spec->image_offset;
+    }
+
+  n = pread (fd, h,
+             info->size < sizeof h ? (size_t)info->size : sizeof h,
+             spec->has_image_range ? (off_t)spec->image_offset : 0);
   if (n == -1)
     {
       set_error (err, "Could not read '%s': %m", spec->path);

@@ -9,6 +9,7 @@ NBD_TESTS = \
 	test-nbd-upload.sh \
 	test-nbd-blockdev.sh \
 	test-nbd-probed-raw.sh \
-	test-nbd-unwritable.sh
+	test-nbd-unwritable.sh \
+	test-nbd-qcow2-range.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py

@@ -109,7 +109,8 @@ done <<EOF
 -c/--connect|-c /dev/nbd-nbdstack-missing "$img"
 -d/--disconnect|-d /dev/nbd-nbdstack-missing
 driver 'vmdk' is not supported|-k "$sock" -f vmdk "$img"
-over a raw node|-k "$sock" -r 'json:{"driver": "qcow2", "file": {"driver": "raw", "offset": 0, "file": {"driver": "file", "filename": "$qimg"}}}'
+over a raw node|-k "$sock" -r 'json:{"driver": "qcow2", "file": {"driver": "raw", "offset": 0, "file": {"driver": "qcow2", "file": {"driver": "file", "filename": "$qimg"}}}}'
+over a raw node|-k "$sock" -r 'json:{"file": {"driver": "raw", "offset": 0, "file": {"driver": "file", "filename": "$qimg"}}}'
 option 'file.locking' is not supported|-k "$sock" 'json:{"driver": "raw", "file": {"driver": "file", "filename": "$img", "locking": "off"}}'
 EOF
 

@@ -27,6 +27,12 @@ struct image_options
   const char *file; /* absolute path */
   enum image_cache_mode cache;
   bool readonly; /* readonly=true: never open for writing */
+  /* image-offset=, image-length= (format=qcow2 only): the image is the
+   * bytes [image_offset, image_offset+image_length) of the file, or
+   * from image_offset to its end when image_length < 0.
+   */
+  uint64_t image_offset;
+  int64_t image_length;
 };
 
 struct format_ops

@@ -40,7 +40,9 @@ enum create_mode
 
 static char *filename;
 static enum format_choice format_choice = FORMAT_AUTO;
-static struct image_options options = { .cache = CACHE_WRITEBACK };
+static struct image_options options
+    = { .cache = CACHE_WRITEBACK, .image_length = -1 };
+static bool image_range_given; /* image-offset= or image-length= */
 static enum create_mode create_mode = CREATE_NO;
 static int64_t create_size = -1;
 
@@ -120,6 +122,18 @@ image_config (const char *key, const char *value)
       if (parse_enum_param (key, value, create_words, &r) == -1)
         return -1;
       create_mode = r;
+      return 0;
+    }
+  if (strcmp (key, "image-offset") == 0 || strcmp (key, "image-length") == 0)
+    {
+      int64_t v = parse_size_param (key, value);
+      if (v == -1)
+        return -1;
+      if (key[6] == 'o')
+        options.image_offset = v;
+      else
+        options.image_length = v;
+      image_range_given = true;
       return 0;
     }
   if (strcmp (key, "size") == 0)
@@ -253,6 +267,24 @@ image_config_complete (void)
     {
       nbdkit_error ("you must supply the file=PATH parameter");
       return -1;
+    }
+  if (image_range_given)
+    {
+      /* A byte range of a raw file is nbdkit's offset filter's job. */
+      if (format_choice != FORMAT_QCOW2)
+        {
+          nbdkit_error ("image-offset and image-length need format=qcow2 "
+                        "(for a byte range of a raw file use "
+                        "nbdkit-offset-filter)");
+          return -1;
+        }
+      if (create_mode != CREATE_NO)
+        {
+          nbdkit_error ("image-offset and image-length cannot be used with "
+                        "create=%s",
+                        create_mode == CREATE_FORCE ? "force" : "true");
+          return -1;
+        }
     }
   if (create_mode != CREATE_NO)
     {
@@ -522,6 +554,9 @@ image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   "readonly=true              Never open the image for writing.\n"             \
   "create=true|force size=SIZE Create the image first (a sparse raw file,\n"   \
   "                           or with format=qcow2 an empty qcow2 v3).\n"      \
+  "image-offset=OFFSET        qcow2: the image starts at OFFSET in the file.\n" \
+  "image-length=LENGTH        qcow2: and is LENGTH bytes long (default: to\n" \
+  "                           the end of the file).\n"                        \
   "backing=refuse|none|follow qcow2: what to do with a backing file.\n"        \
   "backing-dir=DIR            qcow2: backing/data files must be inside.\n"     \
   "backing-max-depth=N        qcow2: longest backing chain (default 16).\n"    \

@@ -30,6 +30,7 @@
 #include "align.h"
 #include "cleanup.h"
 #include "format.h"
+#include "hostio-range.h"
 #include "parse-enum-param.h"
 #include "qcow2.h"
 
@@ -719,6 +720,47 @@ sniff_qcow2 (struct qcow2_hostio *io, bool *is_qcow2)
 /* Open the layer at 'path' (index q->nlayers) as qcow2 or raw; only
  * a top layer can be 'writable'.
  */
+/* image-offset=, image-length=: the top image is a byte range of its
+ * file.  The range must lie inside the file, as qemu's raw driver
+ * checks its offset and size at open.
+ */
+static uint64_t image_offset;
+static int64_t image_length = -1;
+
+static int
+wrap_range (struct layer *l)
+{
+  int64_t size = l->io->get_size (l->io);
+
+  if (size < 0)
+    {
+      errno = -size;
+      nbdkit_error ("%s: cannot get the size: %m", l->path);
+      return -1;
+    }
+  if (image_offset > (uint64_t)size)
+    {
+      nbdkit_error ("%s: image-offset (%" PRIu64 ") is past the end of the "
+                    "file (%" PRIi64 ")",
+                    l->path, image_offset, size);
+      return -1;
+    }
+  if (image_length >= 0 && (uint64_t)image_length > size - image_offset)
+    {
+      nbdkit_error ("%s: image-offset (%" PRIu64 ") + image-length (%" PRIi64
+                    ") is past the end of the file (%" PRIi64 ")",
+                    l->path, image_offset, image_length, size);
+      return -1;
+    }
+  l->io = hostio_range (l->io, image_offset, image_length);
+  if (l->io == NULL)
+    {
+      nbdkit_error ("out of memory");
+      return -1;
+    }
+  return 0;
+}
+
 static int
 open_layer (struct q2 *q, const char *path, bool is_top, bool *writable,
             const char *format)
@@ -738,6 +780,9 @@ open_layer (struct q2 *q, const char *path, bool is_top, bool *writable,
   q->nlayers++;
   l->io = open_file (path, &st, writable);
   if (l->io == NULL)
+    return -1;
+  if (is_top && (image_offset > 0 || image_length >= 0)
+      && wrap_range (l) == -1)
     return -1;
   l->dev = st.st_dev;
   l->ino = st.st_ino;
@@ -859,6 +904,8 @@ qcow2_glue_open (const struct image_options *opts)
       goto fail;
     }
   cache_mode = opts->cache;
+  image_offset = opts->image_offset;
+  image_length = opts->image_length;
   /* Only the top image is opened for writing: not with readonly=true
    * (or nbdkit -r: then readonly is set too, see image.c), nor to serve
    * a snapshot.
