@@ -1300,9 +1300,22 @@ main (int argc, char *argv[])
          spec.path);
   plan_range ();
 
+  /* nbdkit cannot offer qemu:allocation-depth.  A client that asks for
+   * it on a layer served alone uses it to tell "not in this layer"
+   * from "zero" (imageio's snapshot download and shallow upload), and
+   * without it would take the backing chain's data for zeroes.
+   */
+  if (cmd.alloc_depth && spec.backing_none && plan.info.has_backing)
+    die ("--allocation-depth with \"backing\": null: '%s' has a backing "
+         "file, and the qemu:allocation-depth context that would tell its "
+         "data from zeroes cannot be offered (nbdkit has no API for it); "
+         "serve the whole chain or drop -A",
+         spec.path);
   if (cmd.alloc_depth)
     warn ("--allocation-depth: the qemu:allocation-depth context is not "
-          "offered (nbdkit has no API for it); data is unaffected");
+          "offered (nbdkit has no API for it); clients read the whole "
+          "backing chain as one disk and cannot tell which layer holds "
+          "the data");
   plan_coalesce ();
 
   /* Our filters only load into the nbdkit they were built for: say so

@@ -193,6 +193,8 @@ probe_image (const struct image_spec *spec, struct image_info *info, char **err)
           goto out;
         }
       info->size = be64 (h + 24);
+      /* backing_file_offset and backing_file_size, as qemu reads them. */
+      info->has_backing = be64 (h + 8) != 0 && be32 (h + 16) != 0;
     }
   r = 0;
 out:

@@ -21,6 +21,7 @@ struct image_info
   bool probed_raw;          /* no format given and not recognised */
   enum image_format format; /* FORMAT_RAW or FORMAT_QCOW2 */
   uint64_t size;            /* what the format layer serves */
+  bool has_backing;         /* qcow2 whose header names a backing file */
 };
 
 /* Open SPEC->path read-only and fill INFO.  On error returns -1 and

@@ -10,6 +10,7 @@ NBD_TESTS = \
 	test-nbd-blockdev.sh \
 	test-nbd-probed-raw.sh \
 	test-nbd-unwritable.sh \
-	test-nbd-qcow2-range.sh
+	test-nbd-qcow2-range.sh \
+	test-nbd-allocation-depth.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py
