@@ -338,8 +338,8 @@ interpret_layer (struct interp *in, const char *prefix, const char *fmt,
         }
       if (interpret_layer (in, child, NULL, &child_kind) == -1)
         goto out;
-      if (driver && child_kind != LAYER_PROTOCOL
-          && spec->format == FORMAT_RAW && !spec->has_image_range)
+      if (driver && child_kind != LAYER_PROTOCOL && spec->format == FORMAT_RAW
+          && !spec->has_image_range)
         {
           /* qcow2 over raw over a protocol node: the raw node's byte
            * range (if any) is where the qcow2 image lies in the file.

@@ -134,8 +134,7 @@ probe_image (const struct image_spec *spec, struct image_info *info, char **err)
                                           : info->size - spec->image_offset;
     }
 
-  n = pread (fd, h,
-             info->size < sizeof h ? (size_t)info->size : sizeof h,
+  n = pread (fd, h, info->size < sizeof h ? (size_t)info->size : sizeof h,
              spec->has_image_range ? (off_t)spec->image_offset : 0);
   if (n == -1)
     {

@@ -29,8 +29,7 @@ inside (const struct range *r, uint64_t offset, uint64_t count)
 }
 
 static int
-range_pread (struct qcow2_hostio *io, void *buf, size_t count,
-             uint64_t offset)
+range_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
 {
   struct range *r = (struct range *)io;
 

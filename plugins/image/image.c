@@ -5,8 +5,8 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -129,7 +129,7 @@ image_config (const char *key, const char *value)
       int64_t v = parse_size_param (key, value);
       if (v == -1)
         return -1;
-      if (key[6] == 'o')
+      if (strcmp (key, "image-offset") == 0)
         options.image_offset = v;
       else
         options.image_length = v;
@@ -441,9 +441,9 @@ enum sector0_change
 
 /* A probed raw image: may this change of [offset, offset+count), which
  * reaches into the first sector, be made?  Called with sector0_lock
- * held (see sector0_change).  0 if it keeps the first sector raw; -1 with EPERM (or the read
- * error) if not.  A trim is taken as zeroing, since a punched hole
- * reads as zeroes.
+ * held (see sector0_change).  0 if it keeps the first sector raw; -1
+ * with EPERM (or the read error) if not.  A trim is taken as zeroing,
+ * since a punched hole reads as zeroes.
  */
 static int
 check_sector0 (enum sector0_change what, const void *buf, uint32_t count,
@@ -457,7 +457,9 @@ check_sector0 (enum sector0_change what, const void *buf, uint32_t count,
   if (size < 0)
     return -1;
   n = size < (int64_t)sizeof s ? (size_t)size : sizeof s;
-  if (n > 0 && format->pread (format_state, s, n, 0, 0) == -1)
+  if (offset >= n)
+    return 0; /* the file shrank since: nothing of the sector is changed */
+  if (format->pread (format_state, s, n, 0, 0) == -1)
     return -1;
   end = offset + count < n ? offset + count : n;
   if (what == CHANGE_WRITE)
@@ -471,7 +473,7 @@ check_sector0 (enum sector0_change what, const void *buf, uint32_t count,
                 "was probed as raw and the first sector would then name "
                 "%s (use format=raw to allow it)",
                 filename,
-                what == CHANGE_WRITE ? "write"
+                what == CHANGE_WRITE  ? "write"
                 : what == CHANGE_ZERO ? "zero"
                                       : "trim",
                 offset, name);
@@ -554,9 +556,10 @@ image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   "readonly=true              Never open the image for writing.\n"             \
   "create=true|force size=SIZE Create the image first (a sparse raw file,\n"   \
   "                           or with format=qcow2 an empty qcow2 v3).\n"      \
-  "image-offset=OFFSET        qcow2: the image starts at OFFSET in the file.\n" \
-  "image-length=LENGTH        qcow2: and is LENGTH bytes long (default: to\n" \
-  "                           the end of the file).\n"                        \
+  "image-offset=OFFSET        qcow2: the image starts at OFFSET in the "       \
+  "file.\n"                                                                    \
+  "image-length=LENGTH        qcow2: and is LENGTH bytes long (default: to\n"  \
+  "                           the end of the file).\n"                         \
   "backing=refuse|none|follow qcow2: what to do with a backing file.\n"        \
   "backing-dir=DIR            qcow2: backing/data files must be inside.\n"     \
   "backing-max-depth=N        qcow2: longest backing chain (default 16).\n"    \

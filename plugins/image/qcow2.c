@@ -781,8 +781,7 @@ open_layer (struct q2 *q, const char *path, bool is_top, bool *writable,
   l->io = open_file (path, &st, writable);
   if (l->io == NULL)
     return -1;
-  if (is_top && (image_offset > 0 || image_length >= 0)
-      && wrap_range (l) == -1)
+  if (is_top && (image_offset > 0 || image_length >= 0) && wrap_range (l) == -1)
     return -1;
   l->dev = st.st_dev;
   l->ino = st.st_ino;

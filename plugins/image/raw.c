@@ -158,8 +158,8 @@ take_size (struct raw *raw)
     }
   tail = size;
   if (raw->direct && !IS_ALIGNED (size, raw->align))
-    tail = ROUND_DOWN (size, MAX ((uint64_t)sysconf (_SC_PAGESIZE),
-                                  raw->align));
+    tail
+        = ROUND_DOWN (size, MAX ((uint64_t)sysconf (_SC_PAGESIZE), raw->align));
   atomic_store_explicit (&raw->size, size, memory_order_relaxed);
   atomic_store_explicit (&raw->tail_start, tail, memory_order_relaxed);
   return 0;
@@ -304,7 +304,8 @@ raw_open (const struct image_options *opts)
     }
   nbdkit_debug ("raw: %s: size %" PRIi64 " %s%s align %" PRIu32
                 " mem_align %" PRIu32 "%s",
-                opts->file, (int64_t)raw->size, raw->is_blkdev ? "block device" : "file",
+                opts->file, (int64_t)raw->size,
+                raw->is_blkdev ? "block device" : "file",
                 raw->direct ? " O_DIRECT" : "", raw->align, raw->mem_align,
                 raw->blk_zeroes_fast ? " fast-zero" : "");
   return raw;
