@@ -9,10 +9,10 @@
 #    passes qemu-img check (exit 0 or 3: leaks allowed, see below);
 #  - zerodetect and discard filters: zero runs written as data become
 #    unallocated clusters, trims free clusters (qemu-img map and check);
-#  - read-only: readonly=true, snapshot=, a read-only filesystem, an
-#    external data file, and a backing file under a written overlay are
-#    never written; a dirty image is refused with one line naming
-#    qemu-img check -r all;
+#  - read-only: readonly=true, snapshot=, a read-only filesystem (with
+#    readonly=true; refused without it), an external data file, and a
+#    backing file under a written overlay are never written; a dirty
+#    image is refused with one line naming qemu-img check -r all;
 #  - create=true: cluster-size, extended-l2 and what qemu-img info says,
 #    the refusals, create=true/force on an existing image, a block device
 #    (compact layout);
@@ -223,7 +223,11 @@ mount -t tmpfs -o size=16M nbdstack-test rofs
 mounts+=("$T/rofs")
 cp ro.qcow2 rofs/
 mount -o remount,ro rofs
-ro_case rofs rofs/ro.qcow2
+# On a read-only mount: refused without readonly=true, as qemu-nbd
+# refuses it without -r (issue 19 item 7), and served with it.
+expect_error "ro.qcow2: cannot open for writing: Read-only file system" \
+  nbdkit -U - "$IMAGE_PLUGIN" file="$T/rofs/ro.qcow2" --run true
+ro_case rofs rofs/ro.qcow2 readonly=true
 # A backing file stays as it was under a written overlay.
 "$QEMU_IMG" create -q -f qcow2 -b ro.qcow2 -F qcow2 top.qcow2
 sum=$(md5sum <ro.qcow2)
