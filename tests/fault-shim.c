@@ -23,6 +23,9 @@
  *                         calls (default 100)
  *   FAULT_IOCTL=KIND=ERRNO[@PCT],...       the same for the ioctls
  *                         BLKZEROOUT (zeroout) and BLKDISCARD (discard)
+ *   FAULT_PREAD_DELAY_MS=N  every pread of the image sleeps N ms first
+ *                         (a slow disk under a read-then-write sequence,
+ *                         to widen a race window)
  *   FAULT_LOG=FILE        at exit, append one line of counters to FILE
  *
  * ERRNO is a name: EIO, EINTR, EOPNOTSUPP, ENOTSUP, ENOTTY, ENOSYS,
@@ -121,6 +124,7 @@ static struct
   int dsync_err;
   struct call_fault kinds[NR_KINDS];
   const char *log;
+  unsigned pread_delay_ms;
 } cfg;
 
 /* Per fd: FD_TRACKED, and FD_DIRECT if opened with O_DIRECT, with the
@@ -280,6 +284,8 @@ init (void)
   parse_kinds ("FAULT_FALLOCATE", K_PUNCH, K_ZEROOUT);
   parse_kinds ("FAULT_IOCTL", K_ZEROOUT, NR_KINDS);
   cfg.log = getenv ("FAULT_LOG");
+  s = getenv ("FAULT_PREAD_DELAY_MS");
+  cfg.pread_delay_ms = s ? (unsigned)strtoul (s, NULL, 10) : 0;
   pthread_atfork (NULL, NULL, reset_counters);
 }
 
@@ -416,6 +422,8 @@ pread (int fd, void *buf, size_t n, off_t offset)
   if (!(f & FD_TRACKED))
     return real_pread (fd, buf, n, offset);
   count (C_PREAD);
+  if (cfg.pread_delay_ms)
+    usleep (cfg.pread_delay_ms * 1000);
   m = io_fault (fd, f, n, false);
   return m == -1 ? -1 : real_pread (fd, buf, m, offset);
 }

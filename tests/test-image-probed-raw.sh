@@ -64,6 +64,41 @@ start_nbdkit again "$IMAGE_PLUGIN" file=disk.raw
   fail "after the refused writes the file is no longer served as the raw disk"
 stop_nbdkit again
 
+# Two writes that are each harmless but together make a qcow2 header,
+# sent at once, 40 times, with every read of the file slowed down
+# (fault-shim.so: the check reads the sector before the write): the
+# check and the change are one step, so exactly one of the two is
+# refused each time.
+truncate -s 1M race.raw
+(
+  export LD_PRELOAD="$abs_builddir/fault-shim.so${LD_PRELOAD:+:$LD_PRELOAD}"
+  export FAULT_PATH="$T/race.raw" FAULT_PREAD_DELAY_MS=20
+  start_nbdkit race "$IMAGE_PLUGIN" file="$T/race.raw"
+) || fail "race: nbdkit did not start"
+nbdsh -u "$(uri race)" -c '
+import errno
+for i in range(40):
+    h.pwrite(bytes(512), 0)
+    parts = [(b"QFI\xfb", 0), (b"\0\0\0\x03", 4)]
+    if i % 2:
+        parts.reverse()
+    cookies = [h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(d)), o) for d, o in parts]
+    refused = 0
+    for c in cookies:
+        while True:
+            try:
+                if h.aio_command_completed(c):
+                    break
+            except nbd.Error as e:
+                assert e.errnum == errno.EPERM, e
+                refused += 1
+                break
+            h.poll(-1)
+    assert refused == 1, ("round", i, "refused", refused, h.pread(8, 0))
+    assert h.pread(8, 0) != b"QFI\xfb\0\0\0\x03", ("round", i, "header built")
+' || fail "two writes at once built a qcow2 header (or both were refused)"
+stop_nbdkit race
+
 # cache=none goes through the same check.
 start_nbdkit direct "$IMAGE_PLUGIN" file=disk.raw cache=none
 nbdsh -u "$(uri direct)" -c '
