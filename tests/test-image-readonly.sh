@@ -2,9 +2,9 @@
 # image plugin, raw: readonly=true and nbdkit -r give a read-only export
 # whose writes, zeroes and trims fail with EPERM and leave the file
 # untouched.  A file that cannot be opened for writing (immutable) is
-# served so with readonly=true and refused at start without it (issue
-# 19 item 7), as qemu-nbd refuses it without -r; see also
-# test-image-unwritable.sh.
+# served so with readonly=true and nbdkit -r, and writable connections
+# to it are refused (issue 19 item 7), as qemu-nbd refuses it without
+# -r; see also test-image-unwritable.sh.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdsh

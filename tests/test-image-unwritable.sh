@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# An image that cannot be opened for writing (issue 19 item 7): without
-# readonly=true the plugin refuses to start, with one line that names
-# the file and the reason, for raw and qcow2, as qemu-nbd exits 1
-# ("Operation not permitted") without -r; it is never served as a
-# read-only export in place of the writable one asked for.  With
-# readonly=true it is served.  The case: an immutable file (chattr +i,
-# which even root cannot open for writing: EPERM; EACCES and EROFS take
-# the same path).
+# An image that cannot be opened for writing (issue 19 item 7): it is
+# never served as a read-only export in place of the writable one asked
+# for.  qemu-nbd exits 1 ("Operation not permitted") without -r; the
+# plugin cannot see nbdkit -r at start-up, so it opens the image
+# read-only and refuses every connection that is not read-only, with
+# one line that names the file and the reason, for raw and qcow2 (a
+# client sees the connection fail, not a read-only disk).  nbdkit -r and
+# readonly=true serve it read-only.  The case: an immutable file
+# (chattr +i, which even root cannot open for writing: EPERM; EACCES
+# and EROFS take the same path).
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdsh
@@ -30,24 +32,28 @@ done
 
 for f in raw qcow2; do
   for cache in writeback none; do
-    rc=0
-    timeout 20 "$NBDKIT" -f --log=stderr -U "$T/n.sock" "$IMAGE_PLUGIN" \
-      file=d.$f format=$f cache=$cache 2>n.err || rc=$?
-    [ $rc != 0 ] && [ $rc != 124 ] ||
-      fail "immutable $f, cache=$cache: started (exit $rc) instead of refusing"
-    grep -q "d.$f: cannot open for writing: Operation not permitted" n.err ||
-      fail "immutable $f, cache=$cache: unexpected message: $(cat n.err)"
-    [ "$(grep -c 'error' n.err)" = 1 ] ||
-      fail "immutable $f, cache=$cache: not one line: $(cat n.err)"
-    # format=auto takes the same path.
-    rc=0
-    timeout 20 "$NBDKIT" -f --log=stderr -U "$T/n.sock" "$IMAGE_PLUGIN" \
-      file=d.$f cache=$cache 2>n.err || rc=$?
-    [ $rc != 0 ] && [ $rc != 124 ] || fail "immutable $f, format=auto: started"
+    for fmt in format=$f format=auto; do
+      # In the foreground: a daemonized nbdkit's later errors do not
+      # reach its log.
+      rc=0
+      timeout 60 "$NBDKIT" --log=stderr -U - "$IMAGE_PLUGIN" file=d.$f $fmt \
+        cache=$cache --run 'nbdsh -u "$uri" -c "print(h.is_read_only())"' \
+        >c.out 2>n.err || rc=$?
+      [ $rc != 0 ] && [ $rc != 124 ] ||
+        fail "immutable $f, $fmt cache=$cache: served ($(cat c.out)) instead of refusing the connection (exit $rc)"
+      grep -q "d.$f: cannot open for writing: Operation not permitted" n.err ||
+        fail "immutable $f, $fmt: unexpected message: $(cat n.err)"
+      [ "$(grep -c 'error' n.err)" = 1 ] ||
+        fail "immutable $f, $fmt: not one error line: $(cat n.err)"
+    done
 
     start_nbdkit ro-$f-$cache "$IMAGE_PLUGIN" file=d.$f readonly=true cache=$cache
     [ "$(nbdsh -u "$(uri ro-$f-$cache)" -c 'print(h.is_read_only())')" = True ] ||
       fail "immutable $f with readonly=true: not read-only"
     stop_nbdkit ro-$f-$cache
+    start_nbdkit r-$f-$cache -r "$IMAGE_PLUGIN" file=d.$f cache=$cache
+    [ "$(nbdsh -u "$(uri r-$f-$cache)" -c 'print(h.is_read_only())')" = True ] ||
+      fail "immutable $f with nbdkit -r: not read-only"
+    stop_nbdkit r-$f-$cache
   done
 done

@@ -10,7 +10,7 @@
 #  - zerodetect and discard filters: zero runs written as data become
 #    unallocated clusters, trims free clusters (qemu-img map and check);
 #  - read-only: readonly=true, snapshot=, a read-only filesystem (with
-#    readonly=true; refused without it), an external data file, and a
+#    readonly=true; writable connections refused without it), an external data file, and a
 #    backing file under a written overlay are never written; a dirty
 #    image is refused with one line naming qemu-img check -r all;
 #  - create=true: cluster-size, extended-l2 and what qemu-img info says,
@@ -223,10 +223,12 @@ mount -t tmpfs -o size=16M nbdstack-test rofs
 mounts+=("$T/rofs")
 cp ro.qcow2 rofs/
 mount -o remount,ro rofs
-# On a read-only mount: refused without readonly=true, as qemu-nbd
-# refuses it without -r (issue 19 item 7), and served with it.
+# On a read-only mount: a connection that is not read-only is refused
+# (issue 19 item 7: never a read-only export in place of a writable
+# one), and readonly=true serves it.
 expect_error "ro.qcow2: cannot open for writing: Read-only file system" \
-  nbdkit -U - "$IMAGE_PLUGIN" file="$T/rofs/ro.qcow2" --run true
+  nbdkit -U - "$IMAGE_PLUGIN" file="$T/rofs/ro.qcow2" \
+  --run 'nbdsh -u "$uri" -c "h.get_size()"'
 ro_case rofs rofs/ro.qcow2 readonly=true
 # A backing file stays as it was under a written overlay.
 "$QEMU_IMG" create -q -f qcow2 -b ro.qcow2 -F qcow2 top.qcow2

@@ -93,4 +93,11 @@ struct format_ops
 extern const struct format_ops raw_format;
 extern const struct format_ops qcow2_format;
 
+/* Called by a format's open when the image it was asked to open for
+ * writing may only be read (EACCES, EPERM, EROFS): the format serves it
+ * read-only, and image.c refuses every connection that is not
+ * read-only (nbdkit -r) with one line naming the file and 'err'.
+ */
+void image_note_unwritable (const char *path, int err);
+
 #endif /* NBDSTACK_IMAGE_FORMAT_H */

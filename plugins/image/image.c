@@ -57,6 +57,9 @@ static void *format_state;
  * sector0_lock, so two of them cannot build a header between them.
  */
 static bool probed_raw;
+/* Set by image_note_unwritable before serving, read-only after. */
+static char *unwritable_path;
+static int unwritable_errno;
 static pthread_mutex_t sector0_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const struct format_ops *const all_formats[] = {
@@ -84,6 +87,7 @@ static void
 image_unload (void)
 {
   free (filename);
+  free (unwritable_path);
 }
 
 static int
@@ -380,9 +384,33 @@ image_cleanup (void)
   format_state = NULL;
 }
 
+void
+image_note_unwritable (const char *path, int err)
+{
+  free (unwritable_path);
+  unwritable_path = strdup (path);
+  unwritable_errno = err;
+  nbdkit_debug ("%s: cannot open for writing (%s): only read-only "
+                "connections (nbdkit -r) are served",
+                path, strerror (err));
+}
+
+/* A connection that is not read-only on an image that could only be
+ * opened read-only is refused: the client asked for a writable disk.
+ * The plugin cannot see nbdkit -r before this point, so it cannot
+ * refuse at start-up without breaking nbdkit -r (nbdstack-nbd refuses
+ * at start-up itself, as qemu-nbd does).
+ */
 static void *
 image_open (int readonly)
 {
+  if (!readonly && unwritable_path)
+    {
+      nbdkit_error ("%s: cannot open for writing: %s (readonly=true or "
+                    "nbdkit -r serves it read-only)",
+                    unwritable_path, strerror (unwritable_errno));
+      return NULL;
+    }
   return NBDKIT_HANDLE_NOT_NEEDED;
 }
 

@@ -637,8 +637,9 @@ hostio_direct (int fd)
 static enum image_cache_mode cache_mode;
 
 /* Open 'path', for writing if '*writable'.  A top image we may only
- * read is refused then (as raw does, and qemu-nbd: readonly=true serves
- * it read-only); backing and data files are never asked to be
+ * read is opened read-only and *writable cleared; image_open then
+ * refuses every connection that is not read-only (as qemu-nbd refuses
+ * it without -r).  Backing and data files are never asked to be
  * writable.
  */
 static struct qcow2_hostio *
@@ -653,17 +654,8 @@ open_file (const char *path, struct stat *st, bool *writable)
       fd = open (path, O_RDWR | O_CLOEXEC | dflag);
       if (fd == -1 && (errno == EACCES || errno == EROFS || errno == EPERM))
         {
-          int err = errno;
-
-          fd = open (path, O_RDONLY | O_CLOEXEC | dflag);
-          if (fd == -1)
-            goto open_error; /* not even readable: say that */
-          close (fd);
-          errno = err;
-          nbdkit_error ("%s: cannot open for writing: %m (readonly=true "
-                        "serves it read-only)",
-                        path);
-          return NULL;
+          image_note_unwritable (path, errno);
+          *writable = false;
         }
       else if (fd == -1)
         goto open_error;

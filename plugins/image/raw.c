@@ -200,25 +200,14 @@ raw_open (const struct image_options *opts)
     {
       raw->fd = open (opts->file, O_RDWR | O_CLOEXEC | dflag);
       raw->writable = raw->fd >= 0;
-      /* As qemu-nbd: a file we may only read is refused unless
-       * readonly=true, not served read-only (a client would only learn
-       * it when its first write failed).
+      /* A file we may only read is opened read-only, and every
+       * connection that is not read-only is refused (image_open), as
+       * qemu-nbd refuses it without -r: never a read-only export in
+       * place of the writable one asked for.
        */
       if (raw->fd == -1
           && (errno == EACCES || errno == EROFS || errno == EPERM))
-        {
-          int err = errno;
-          int rfd = open (opts->file, O_RDONLY | O_CLOEXEC | dflag);
-
-          if (rfd == -1)
-            goto open_error; /* not even readable: say that */
-          close (rfd);
-          errno = err;
-          nbdkit_error ("%s: cannot open for writing: %m (readonly=true "
-                        "serves it read-only)",
-                        opts->file);
-          goto err;
-        }
+        image_note_unwritable (opts->file, errno);
       else if (raw->fd == -1)
         goto open_error;
     }
