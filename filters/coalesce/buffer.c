@@ -371,7 +371,7 @@ buffer_direct (struct order_stream *stream, bool large, enum direct_op op,
     }
   co.direct_inflight++;
   pthread_mutex_unlock (&co.lock);
-  order_note (stream, a, b, large);
+  order_note (stream, a, b, large, op == OP_WRITE);
 
   switch (op)
     {

@@ -457,7 +457,7 @@ fua_alone_suffices (void)
  * - one that ends where the write before it (on any connection) began:
  *   a descending run, which the buffer turns around;
  * - a small one (below SMALL_WRITE_MAX) next to or over data already
- *   buffered, or next to its connection's last small request, or ahead
+ *   buffered, or next to its connection's last small write, or ahead
  *   of its connection's stream while other requests are in flight (see
  *   order_expects_neighbour).
  * A larger write on its own connection that continues the ones before
@@ -526,7 +526,7 @@ serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
     }
   else if (merges_likely (handle, offset, count))
     {
-      order_note (handle, offset, offset + count, false);
+      order_note (handle, offset, offset + count, false, true);
       if (buffer_write (buf, count, offset, &since_gen, err) == -1)
         return -1;
     }

@@ -67,7 +67,7 @@ struct order_stream
   uint64_t end;
   unsigned inflight; /* atomic: writes, zeroes, trims being served */
   bool end_is_large; /* end is where a large write ended */
-  uint64_t small_lo, small_hi; /* the last request below SMALL_WRITE_MAX */
+  uint64_t small_lo, small_hi; /* the last write below SMALL_WRITE_MAX */
   unsigned nwaiting;
   uint64_t waiting_at[ORDER_MAX_WAITERS];
   unsigned nahead;
@@ -182,13 +182,14 @@ advance (struct order_stream *s, uint64_t offset, uint64_t end)
  * request, so that writes released by it do not overtake it.
  */
 void
-order_note (struct order_stream *s, uint64_t offset, uint64_t end, bool large)
+order_note (struct order_stream *s, uint64_t offset, uint64_t end, bool large,
+            bool write)
 {
   if (s == NULL)
     return;
   pthread_mutex_lock (&s->lock);
   advance (s, offset, end);
-  if (end - offset < SMALL_WRITE_MAX)
+  if (write && end - offset < SMALL_WRITE_MAX)
     {
       s->small_lo = offset;
       s->small_hi = end;
@@ -215,8 +216,9 @@ order_follows_large (struct order_stream *s, uint64_t offset)
 }
 
 /* True if a small write [offset, end) will probably have a neighbour
- * to merge with: it touches the connection's last small request (a run
- * of small writes, ascending or descending), or other requests are in
+ * to merge with: it touches the connection's last small write (a run
+ * of small writes, ascending or descending; not a zero: qemu-img
+ * convert sends one for each hole between the data it writes), or other requests are in
  * flight on the connection and it lies ahead of the stream, so they or
  * the ones still to come may fill the gap before it.
  */
