@@ -243,7 +243,7 @@ extern void order_stream_free (struct order_stream *s);
 extern void order_enter (struct order_stream *s);
 extern void order_leave (struct order_stream *s);
 extern void order_note (struct order_stream *s, uint64_t offset, uint64_t end,
-                        bool large, bool write);
+                        bool large, bool is_write);
 extern bool order_follows_large (struct order_stream *s, uint64_t offset);
 extern bool order_expects_neighbour (struct order_stream *s, uint64_t offset,
                                      uint64_t end);

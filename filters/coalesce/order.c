@@ -178,18 +178,20 @@ advance (struct order_stream *s, uint64_t offset, uint64_t end)
 }
 
 /* The request is about to go down (or into the buffer): move the
- * stream.  Called as late as possible, right before the plugin sees the
- * request, so that writes released by it do not overtake it.
+ * stream, and remember it if it is a small write (is_write: a write,
+ * not a zero or trim; see order_expects_neighbour).  Called as late as
+ * possible, right before the plugin sees the request, so that writes
+ * released by it do not overtake it.
  */
 void
 order_note (struct order_stream *s, uint64_t offset, uint64_t end, bool large,
-            bool write)
+            bool is_write)
 {
   if (s == NULL)
     return;
   pthread_mutex_lock (&s->lock);
   advance (s, offset, end);
-  if (write && end - offset < SMALL_WRITE_MAX)
+  if (is_write && end - offset < SMALL_WRITE_MAX)
     {
       s->small_lo = offset;
       s->small_hi = end;
