@@ -133,8 +133,11 @@ if [ -n "$filter_names" ]; then
     targets="$targets image+base"
   fi
 fi
-[ "${COUNTERS:-0}" = 1 ] && filter_args=(-v "${filter_args[@]}") &&
-  [ -n "${BASE_BUILD:-}" ] && filter_args_base=(-v "${filter_args_base[@]}")
+# -v without nbdkit's per-request debug lines, which cost server CPU
+# that the plugin alone (run without -v) would not pay.
+verbose=(-v -D nbdkit.backend.datapath=0)
+[ "${COUNTERS:-0}" = 1 ] && filter_args=("${verbose[@]}" "${filter_args[@]}") &&
+  [ -n "${BASE_BUILD:-}" ] && filter_args_base=("${verbose[@]}" "${filter_args_base[@]}")
 
 # ---- private scratch dir; every server we start is stopped on exit.
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-upload.XXXXXX")
