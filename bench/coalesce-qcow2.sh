@@ -9,7 +9,9 @@
 # Environment: RUNS=3, SIZE=4G DATA_PCT=25 ZERO_PCT=4 SEED=1 (the sample,
 # see bench/make-sample.sh), SAMPLE=FILE (use this raw image instead),
 # TMPDIR=/var/tmp (disk-backed scratch), COALESCE_ARGS="" (extra filter
-# parameters, e.g. coalesce-size=256M).
+# parameters, e.g. coalesce-size=256M), CONFIGS="TARGET:CLIENT ..." (a
+# subset), BASE_CO=FILE (an older build's coalesce filter: adds target
+# coalesce-base, for before/after).
 #
 # Targets, all over unix sockets:
 #   qemu-nbd   qemu-nbd -f qcow2 directly (the baseline)
@@ -74,6 +76,8 @@ serve ()
   nbd) nbdkit -U "$W/t.sock" -P "$W/n.pid" nbd socket="$qsock" ;;
   coalesce) nbdkit -U "$W/t.sock" -P "$W/n.pid" --filter="$CO" nbd \
               socket="$qsock" ${COALESCE_ARGS:-} ;;
+  coalesce-base) nbdkit -U "$W/t.sock" -P "$W/n.pid" --filter="$BASE_CO" nbd \
+              socket="$qsock" ${COALESCE_ARGS:-} ;;
   esac
   wait_sock "$W/t.sock"
 }
@@ -107,10 +111,13 @@ print(n, d)'
 }
 
 uri="nbd+unix:///?socket=$W/t.sock"
+configs="qemu-nbd:convert qemu-nbd:convert-W nbd:convert-W coalesce:convert-W
+         qemu-nbd:nbdcopy nbd:nbdcopy coalesce:nbdcopy"
+[ -n "${BASE_CO:-}" ] && configs="$configs coalesce-base:convert-W coalesce-base:nbdcopy"
+configs=${CONFIGS:-$configs}
 runs=()
 for ((r = 0; r < RUNS; r++)); do
-  for cfg in qemu-nbd:convert qemu-nbd:convert-W nbd:convert-W coalesce:convert-W \
-             qemu-nbd:nbdcopy nbd:nbdcopy coalesce:nbdcopy; do
+  for cfg in $configs; do
     t=${cfg%%:*} c=${cfg#*:}
     serve "$t"
     t0=$(date +%s.%N)
@@ -134,8 +141,7 @@ done
 median () { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 get () { printf '%s\n' "${runs[@]}" | awk -v t="$1" -v c="$2" -v f="$3" '$1 == t && $2 == c { print $f }' | median; }
 printf "\n%-9s %-10s %8s %12s %16s %12s\n" target client "wall s" "% fragm." "host discont." "data ext."
-for cfg in qemu-nbd:convert qemu-nbd:convert-W nbd:convert-W coalesce:convert-W \
-           qemu-nbd:nbdcopy nbd:nbdcopy coalesce:nbdcopy; do
+for cfg in $configs; do
   t=${cfg%%:*} c=${cfg#*:}
   printf "%-9s %-10s %8s %12s %16s %12s\n" "$t" "$c" "$(get $t $c 3)" \
     "$(get $t $c 4)" "$(get $t $c 5)" "$(get $t $c 6)"

@@ -4,7 +4,9 @@
 # ratios, not absolute numbers).
 #
 #   bench/smallwrite.sh [BUILD-DIR]      (default: ./build)
-#   env: ROUNDS=3 (interleaved rounds), WORKDIR=/var/tmp (disk-backed)
+#   env: ROUNDS=3 (interleaved rounds), WORKDIR=/var/tmp (disk-backed),
+#        TARGETS="..." (a subset), BASE_CO=FILE (adds icb-none, icb-wb:
+#        an older build's coalesce filter, for before/after)
 #
 # Cases (bench/smallwrites.c, one request in flight):
 #   A  1000 x 512 B sequential writes, one flush at the end (dd oflag=direct)
@@ -44,7 +46,10 @@ cleanup ()
 trap cleanup EXIT
 
 SIZE=2G
-targets=(ic-none i-none ic-wb i-wb file file-none memory qnbd-none)
+# TARGETS= picks a subset; BASE_CO=FILE (an older build's coalesce
+# filter) adds icb-none and icb-wb, the same rows with that filter.
+read -r -a targets <<<"${TARGETS:-ic-none i-none ic-wb i-wb file file-none memory qnbd-none}"
+[ -n "${BASE_CO:-}" ] && targets+=(icb-none icb-wb)
 start ()
 {
   local t=$1 s="$W/$1.sock"
@@ -52,6 +57,8 @@ start ()
   case $t in
   ic-none) nbdkit -U "$s" -P "$W/$t.pid" --filter="$CO" "$IMG" file="$W/$t.img" cache=none ;;
   i-none) nbdkit -U "$s" -P "$W/$t.pid" "$IMG" file="$W/$t.img" cache=none ;;
+  icb-none) nbdkit -U "$s" -P "$W/$t.pid" --filter="$BASE_CO" "$IMG" file="$W/$t.img" cache=none ;;
+  icb-wb) nbdkit -U "$s" -P "$W/$t.pid" --filter="$BASE_CO" "$IMG" file="$W/$t.img" ;;
   ic-wb) nbdkit -U "$s" -P "$W/$t.pid" --filter="$CO" "$IMG" file="$W/$t.img" ;;
   i-wb) nbdkit -U "$s" -P "$W/$t.pid" "$IMG" file="$W/$t.img" ;;
   file) nbdkit -U "$s" -P "$W/$t.pid" file "$W/$t.img" ;;

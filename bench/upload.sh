@@ -28,6 +28,14 @@
 #                      upload: bench/imageio-client)
 #   FILTERS="coalesce zerodetect"   also run target "image+filters" = the image
 #                      plugin behind these filters of ours (from BUILD), in that order
+#   BASE_BUILD=DIR     with FILTERS: also run target "image+base", the image
+#                      plugin (from BUILD) behind the same filters from DIR
+#                      (an older build): before/after in one interleaved run
+#   COUNTERS=1         run the filtered targets with -v and print the coalesce
+#                      filter's exit counters after each of their uploads
+#   USED_SAMPLE=1      generate the used-disk sample (bench/make-used-sample.sh:
+#                      an ext4 image with files of mixed sizes, some deleted)
+#                      instead of bench/make-sample.sh's long runs
 #   TMPDIR=/var/tmp    where the private scratch directory goes (needs about
 #                      2x the sample's allocated size free; must not be tmpfs,
 #                      which has no O_DIRECT)
@@ -114,7 +122,22 @@ if [ -n "$filter_names" ]; then
     filter_args+=("--filter=$so")
   done
   targets="$targets image+filters"
+  if [ -n "${BASE_BUILD:-}" ]; then
+    base_build=$(cd "$BASE_BUILD" && pwd) || die "BASE_BUILD=$BASE_BUILD: no such directory"
+    filter_args_base=()
+    for f in $filter_names; do
+      so=$base_build/filters/$f/.libs/nbdkit-$f-filter.so
+      [ -f "$so" ] || die "BASE_BUILD: $so not found"
+      filter_args_base+=("--filter=$so")
+    done
+    targets="$targets image+base"
+  fi
 fi
+# -v without nbdkit's per-request debug lines, which cost server CPU
+# that the plugin alone (run without -v) would not pay.
+verbose=(-v -D nbdkit.backend.datapath=0)
+[ "${COUNTERS:-0}" = 1 ] && filter_args=("${verbose[@]}" "${filter_args[@]}") &&
+  [ -n "${BASE_BUILD:-}" ] && filter_args_base=("${verbose[@]}" "${filter_args_base[@]}")
 
 # ---- private scratch dir; every server we start is stopped on exit.
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-upload.XXXXXX")
@@ -129,6 +152,10 @@ if [ -n "${SAMPLE:-}" ]; then
   sample=$(realpath "$SAMPLE")
   [ -f "$sample" ] || die "SAMPLE=$SAMPLE: no such file"
   say "sample $sample (given)"
+elif [ "${USED_SAMPLE:-0}" = 1 ]; then
+  sample=$tmp/sample.img
+  SIZE=$size bash "$here/make-used-sample.sh" "$sample" >&2 ||
+    die "cannot create the used-disk sample"
 else
   sample=$tmp/sample.img
   SIZE=$size BUILD=$build bash "$here/make-sample.sh" "$sample" >&2 ||
@@ -150,7 +177,10 @@ start_server ()               # KIND MODE TARGET
   case ${kind%%:*} in
     image | image+*)
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile")
-      [[ $kind == image+* ]] && cmd+=("${filter_args[@]}")
+      case $kind in
+        image+base*) cmd+=("${filter_args_base[@]}") ;;
+        image+*) cmd+=("${filter_args[@]}") ;;
+      esac
       cmd+=("$plugin" file="$target")
       [ "$fmt" = qcow2 ] && [ "$qcow2_made_by" = plugin ] &&
         cmd+=(format=qcow2 create=true size="$vsize")
@@ -298,6 +328,9 @@ m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much mem
     t1=$EPOCHREALTIME
     cpu=$(server_cpu)
     stop_server
+    if [ "${COUNTERS:-0}" = 1 ] && [[ $kind == image+* ]]; then
+      say "counters $kind $mode $client run $run: $(grep -o 'coalesce: writes in .*' "$log" | tail -n 1)"
+    fi
   fi
   qemu-img compare -q -f raw -F "$tfmt" "$sample" "$target" ||
     die "VERIFY FAILED: $kind $mode $client (run $run): target differs from the sample"

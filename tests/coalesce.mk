@@ -10,7 +10,9 @@ COALESCE_TESTS = \
 	test-coalesce-serialized.sh \
 	test-coalesce-kill.sh \
 	test-coalesce-flush-race.sh \
-	test-coalesce-order.sh
+	test-coalesce-order.sh \
+	test-coalesce-direct.sh \
+	test-coalesce-random.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)
 

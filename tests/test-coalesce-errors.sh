@@ -26,7 +26,9 @@ CO=$(filter_so coalesce)
 ERR="$T/err"
 
 # serve NAME [--filter=F...] [PARAM...]: extra filters go below the
-# error filter.
+# error filter.  Every write is buffered (-D coalesce.buffer_all=1):
+# these cases are about buffered data; a write the filter sends down
+# directly gets the plugin's error itself.
 serve ()
 {
   local name=$1; shift
@@ -37,7 +39,7 @@ serve ()
   truncate -s 16M "$T/$name.img"
   start_nbdkit $name -v --filter="$CO" --filter=error "${filters[@]}" \
     file "$T/$name.img" error-pwrite=EIO error-pwrite-rate=100% \
-    error-pwrite-file="$ERR" "$@"
+    error-pwrite-file="$ERR" -D coalesce.buffer_all=1 "$@"
 }
 export ERR
 

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # coalesce: what reaches the plugin (nbdkit's log filter right below
-# coalesce) is few, merged writes in ascending order:
-#  - 64 x 4K written in descending order become one 256K write;
-#  - two connections writing alternate 64K blocks of 2M, descending,
-#    become 1M writes (coalesce-max-write=1M), ascending;
-#  - writes with gaps stay separate but ascending;
-#  - a buffered write later covered by a zero is never written;
-#  - FUA writes the buffer and flushes before answering, and a FUA
-#    write with nothing older to flush goes down as one FUA write;
+# coalesce) is few, merged writes, and only writes that merge were
+# buffered (a write with nothing to merge with goes down at once):
+#  - 64 x 4K written in descending order: the first goes down alone,
+#    the other 63 become one write;
+#  - two connections writing alternate 64K blocks of 2M, descending:
+#    the first goes down alone, the rest become 1M writes
+#    (coalesce-max-write=1M), ascending;
+#  - writes with gaps between them go down as they came;
+#  - a write later covered by a zero goes down before the zero;
+#  - a small write next to one that went down alone is buffered, and
+#    FUA writes the buffer and flushes before answering; a FUA write
+#    with nothing older to flush goes down as one FUA write;
 #  - writethrough (second server) still merges concurrent writes;
-#  - with the default eight writers, 2000 scattered 64K writes and a
-#    flush reach the plugin as whole pieces of coalesce-max-write, each
+#  - with the default eight writers, 2000 scattered 64K writes (all
+#    buffered: -D coalesce.buffer_all=1) and a flush reach the plugin as whole pieces of coalesce-max-write, each
 #    byte written once; the order is ascending up to swapped neighbours
 #    (counted and printed, not asserted: the writers run in parallel).
 # SPDX-License-Identifier: BSD-3-Clause
@@ -56,23 +60,26 @@ PY
 stop_nbdkit wb
 requests "$T/wb-requests.log" >"$T/wb.got"
 cat >"$T/wb.want" <<'EOF'
-Write offset=0x0 count=0x40000 fua=0
+Write offset=0x3f000 count=0x1000 fua=0
+Write offset=0x0 count=0x3f000 fua=0
 Flush
+Write offset=0x2f0000 count=0x10000 fua=0
 Write offset=0x100000 count=0x100000 fua=0
-Write offset=0x200000 count=0x100000 fua=0
+Write offset=0x200000 count=0xf0000 fua=0
 Flush
-Write offset=0x400000 count=0x1000 fua=0
 Write offset=0x402000 count=0x1000 fua=0
+Write offset=0x400000 count=0x1000 fua=0
 Write offset=0x404000 count=0x1000 fua=0
 Flush
+Write offset=0x500000 count=0x2000 fua=0
 Zero offset=0x500000 count=0x2000 trim=1 fua=0 fast=0
-Write offset=0x600000 count=0x400 fua=0
+Write offset=0x600200 count=0x200 fua=0
+Write offset=0x600000 count=0x200 fua=0
 Flush
 Write offset=0x700000 count=0x200 fua=1
 Write offset=0x700200 count=0x200 fua=1
 EOF
-# A clean shutdown may add a final Flush.
-diff -u "$T/wb.want" <(head -n 14 "$T/wb.got") ||
+diff -u "$T/wb.want" <(head -n 18 "$T/wb.got") ||
   fail "writeback: unexpected requests below the filter"
 
 # Writethrough: 8 threads x 256 x 4K sequential-ish writes at QD 8 on
@@ -101,7 +108,7 @@ echo "writethrough: 256 client writes became $n plugin writes"
 [ "$n" -lt 128 ] || fail "writethrough did not merge concurrent writes ($n)"
 start_nbdkit par --filter="$CO" --filter=log memory 128M \
   logfile="$T/par-requests.log" coalesce-delay=600000 coalesce-size=512M \
-  coalesce-hugepages=false
+  coalesce-hugepages=false -D coalesce.buffer_all=1
 URI="$(uri par)" nbdsh -c - <<'PY' || fail "nbdsh failed"
 import os, random
 h = nbd.NBD(); h.connect_uri(os.environ["URI"])

@@ -4,7 +4,9 @@
 # the file below does not have it yet (so the reads really came from
 # the buffer); a flush on the *other* connection then puts it in the
 # file (multi-conn).  Zeroing buffered data drops it: the zeroed bytes
-# never reach the file as a write.
+# never reach the file as a write.  Every write is buffered here
+# (-D coalesce.buffer_all=1: a lone write would go straight down, see
+# test-coalesce-direct.sh).
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdsh
@@ -13,7 +15,8 @@ CO=$(filter_so coalesce)
 
 truncate -s 4M "$T/disk.img"
 start_nbdkit srv --filter="$CO" --filter=log file "$T/disk.img" \
-  logfile="$T/requests.log" coalesce-delay=600000 coalesce-threads=1
+  logfile="$T/requests.log" coalesce-delay=600000 coalesce-threads=1 \
+  -D coalesce.buffer_all=1
 export DISK="$T/disk.img" URI="$(uri srv)"
 
 nbdsh -c - <<'PY' || fail "nbdsh checks failed"

@@ -22,6 +22,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -84,6 +85,60 @@ release_unused_pages (uint64_t lo, uint64_t hi)
     }
 }
 
+/* Page policy (coalesce-hugepages unset): a huge page pays when the
+ * buffer fills most of it before writing it back, as a copy does; it
+ * costs a 2M fault and zeroing (about 400 us here) for each write that
+ * lands alone in a 2M region, as random small writes do.  So the
+ * pieces written back decide: every POLICY_PIECES of them, an average
+ * of at least HUGE_PAGE / 2 asks for huge pages, one below
+ * HUGE_PAGE / 8 for small ones.  Switching to huge pages happens at
+ * once (charging whole huge pages over-estimates what small pages
+ * hold); switching back waits until the buffer is empty, so that no
+ * huge page is ever charged as a small one.
+ */
+#define POLICY_PIECES 16
+
+static void
+set_page_size (uint64_t pg)
+{
+  size_t i;
+
+  if (co.kept_lo < co.kept_hi)
+    release_unused_pages (co.kept_lo, co.kept_hi);
+  co.kept_lo = co.kept_hi = 0;
+  madvise (co.map, co.map_len - HUGE_PAGE,
+           pg == HUGE_PAGE ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  co.set.page_size = pg;
+  co.set.charged = 0;
+  for (i = 0; i < co.set.len; ++i)
+    co.set.charged += iv_charge (&co.set, co.set.v[i].start, co.set.v[i].end);
+  co.page_switches++;
+  nbdkit_debug ("coalesce: buffer pages now %" PRIu64 " bytes", pg);
+}
+
+static uint64_t want_page_size;
+
+void
+buffer_note_piece (uint64_t len)
+{
+  uint64_t avg;
+
+  if (!co.adaptive_pages)
+    return;
+  co.pol_pieces++;
+  co.pol_bytes += len;
+  if (co.pol_pieces < POLICY_PIECES)
+    return;
+  avg = co.pol_bytes / co.pol_pieces;
+  co.pol_pieces = co.pol_bytes = 0;
+  if (avg >= HUGE_PAGE / 2)
+    want_page_size = HUGE_PAGE;
+  else if (avg < HUGE_PAGE / 8)
+    want_page_size = co.small_page;
+  if (want_page_size == HUGE_PAGE && co.set.page_size != HUGE_PAGE)
+    set_page_size (HUGE_PAGE);
+}
+
 /* Drop interval idx and give back its pages, except the most recently
  * freed range, which stays resident until another range is freed:
  * a client writing small pieces at queue depth one with a flush after
@@ -100,6 +155,13 @@ buffer_release_and_remove (size_t idx)
 
   buffer_log_removal (a, b);
   ivset_remove (&co.set, idx);
+  if (co.set.len == 0 && want_page_size && want_page_size != pg)
+    {
+      release_unused_pages (lo, hi);
+      set_page_size (want_page_size);
+      pthread_cond_broadcast (&co.changed);
+      return;
+    }
   if (lo < co.kept_lo || hi > co.kept_hi)
     {
       if (co.kept_lo < co.kept_hi)
@@ -119,6 +181,21 @@ buffer_wait_changed (void)
   co.busy_waiters++;
   pthread_cond_wait (&co.changed, &co.lock);
   co.busy_waiters--;
+}
+
+/* True if buffered data waiting to be written (or being copied in)
+ * overlaps or touches [a, b): a write there merges with it.
+ */
+bool
+buffer_touches (uint64_t a, uint64_t b)
+{
+  size_t i;
+
+  for (i = ivset_find (&co.set, a > 0 ? a - 1 : 0);
+       i < co.set.len && co.set.v[i].start <= b; ++i)
+    if (co.set.v[i].state == IV_DIRTY || co.set.v[i].state == IV_FILLING)
+      return true;
+  return false;
 }
 
 static void
@@ -166,7 +243,7 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
               uint64_t *fail_gen_at_ack, int *err)
 {
   const uint64_t a = offset, b = offset + count;
-  const uint64_t charge = iv_charge (&co.set, a, b);
+  uint64_t charge;
   uint64_t inherited;
   size_t idx;
 
@@ -176,6 +253,8 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
    */
   for (;;)
     {
+      /* (The page size may change whenever the lock is dropped.) */
+      charge = iv_charge (&co.set, a, b);
       if (co.set.charged + charge > co.buffer_limit)
         {
           struct timespec t0, t1;
@@ -288,10 +367,11 @@ buffer_direct (struct order_stream *stream, bool large, enum direct_op op,
       co.writes_in++;
       co.bytes_in += count;
       co.direct_writes++;
+      co.direct_bytes += count;
     }
   co.direct_inflight++;
   pthread_mutex_unlock (&co.lock);
-  order_note (stream, a, b, large);
+  order_note (stream, a, b, large, op == OP_WRITE);
 
   switch (op)
     {

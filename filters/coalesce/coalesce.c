@@ -32,8 +32,6 @@
 #include "coalesce.h"
 #include "parse-enum-param.h"
 
-#define HUGE_PAGE (2 * 1024 * 1024)
-
 /* qemu-img convert writes up to 2M at a time: such writes go down as
  * they are, put in order by a short wait instead of a copy (order.c).
  * nbdcopy's 256K requests, which arrive interleaved from several
@@ -42,6 +40,7 @@
 #define LARGE_WRITE_MIN (1024 * 1024)
 
 NBDKIT_DLL_PUBLIC int coalesce_debug_verbose = 0;
+NBDKIT_DLL_PUBLIC int coalesce_debug_buffer_all = 0;
 
 struct coalesce co = {
   .mode = MODE_WRITEBACK,
@@ -254,17 +253,21 @@ coalesce_after_fork (nbdkit_backend *backend)
        * huge pages cut that 512-fold.  The price is that memory is then
        * accounted in 2M units (a 512-byte write holds 2M of the
        * buffer), so huge pages are used only when the buffer has room
-       * for at least 16 of them.
+       * for at least 16 of them, and, unless coalesce-hugepages is set,
+       * only while the buffer gets data that fills them (see
+       * buffer_note_piece).  The mapping is aligned to 2M either way,
+       * so that the policy can change.
        */
       bool huge = co.use_hugepages != 0 && co.buffer_limit >= 16 * HUGE_PAGE
                   && thp_available ();
       if (co.use_hugepages == 1 && !huge)
         nbdkit_debug ("coalesce: not using huge pages (unavailable or "
                       "coalesce-size below 32M)");
+      co.small_page = co.set.page_size;
+      co.adaptive_pages = huge && co.use_hugepages == -1;
       if (huge)
         co.set.page_size = HUGE_PAGE;
-      co.map_len
-          = ROUND_UP (co.export_size, co.set.page_size) + co.set.page_size;
+      co.map_len = ROUND_UP (co.export_size, HUGE_PAGE) + HUGE_PAGE;
       co.map_base = mmap (NULL, co.map_len, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (co.map_base == MAP_FAILED)
@@ -276,8 +279,8 @@ coalesce_after_fork (nbdkit_backend *backend)
           return -1;
         }
       /* Align so that accounting units are real (huge) pages. */
-      co.map = (char *)ROUND_UP ((uintptr_t)co.map_base, co.set.page_size);
-      madvise (co.map, co.map_len - co.set.page_size,
+      co.map = (char *)ROUND_UP ((uintptr_t)co.map_base, HUGE_PAGE);
+      madvise (co.map, co.map_len - HUGE_PAGE,
                huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 
       if (writeback_start () == -1)
@@ -296,18 +299,26 @@ coalesce_cleanup (nbdkit_backend *backend)
 {
   writeback_stop ();
 
+  /* One line, parsed by tests and bench scripts: keep the words. */
   nbdkit_debug ("coalesce: writes in %" PRIu64 " (%" PRIu64 " bytes), "
+                "buffered %" PRIu64 " (%" PRIu64 " bytes), "
                 "writes out %" PRIu64 " (%" PRIu64 " bytes), "
                 "average merged write %" PRIu64 " bytes, "
-                "direct writes %" PRIu64 ", flushes in %" PRIu64 " out %" PRIu64
+                "direct writes %" PRIu64 " (%" PRIu64 " bytes, "
+                "nothing to merge with %" PRIu64 " (%" PRIu64 " bytes)), "
+                "flushes in %" PRIu64 " out %" PRIu64
                 ", zeroed while buffered %" PRIu64
                 " bytes, back-pressure wait %.3f s, large writes that waited "
-                "for order %" PRIu64 " (gave up %" PRIu64 ")",
-                co.writes_in, co.bytes_in, co.writes_out, co.bytes_out,
+                "for order %" PRIu64 " (gave up %" PRIu64 "), "
+                "page size %" PRIu64 " (switched %" PRIu64 " times)",
+                co.writes_in, co.bytes_in, co.writes_in - co.direct_writes,
+                co.bytes_in - co.direct_bytes, co.writes_out, co.bytes_out,
                 co.writes_out ? co.bytes_out / co.writes_out : 0,
-                co.direct_writes, co.flushes_in, co.flushes_out,
+                co.direct_writes, co.direct_bytes, co.unmerged_writes,
+                co.unmerged_bytes, co.flushes_in, co.flushes_out,
                 co.zeroes_dropped_bytes, co.backpressure_ns / 1e9,
-                co.order_waits, co.order_timeouts);
+                co.order_waits, co.order_timeouts, co.set.page_size,
+                co.page_switches);
 
   if (co.below)
     {
@@ -440,6 +451,40 @@ fua_alone_suffices (void)
   return clean;
 }
 
+/* Whether a write below 1M will merge with something if buffered:
+ * - while several connections write at once (their requests
+ *   interleave: nbdcopy, several qemu-img or fio jobs);
+ * - one that ends where the write before it (on any connection) began:
+ *   a descending run, which the buffer turns around;
+ * - a small one (below SMALL_WRITE_MAX) next to or over data already
+ *   buffered, or next to its connection's last small write, or ahead
+ *   of its connection's stream while other requests are in flight (see
+ *   order_expects_neighbour).
+ * A larger write on its own connection that continues the ones before
+ * it in order gains little from a merge and would pay a copy: qemu-img
+ * convert's 4K-1M writes.
+ */
+static bool
+merges_likely (struct order_stream *s, uint64_t offset, uint32_t count)
+{
+  const uint64_t end = offset + count;
+  bool descending, touches = false;
+
+  if (coalesce_debug_buffer_all
+      || __atomic_load_n (&co.writing_streams, __ATOMIC_RELAXED) > 1)
+    return true;
+  pthread_mutex_lock (&co.lock);
+  descending = end == co.last_lo && co.last_lo < co.last_hi;
+  co.last_lo = offset;
+  co.last_hi = end;
+  if (!descending && count < SMALL_WRITE_MAX)
+    touches = buffer_touches (offset, end);
+  pthread_mutex_unlock (&co.lock);
+  if (descending || touches)
+    return true;
+  return count < SMALL_WRITE_MAX && order_expects_neighbour (s, offset, end);
+}
+
 static int
 serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
@@ -460,17 +505,18 @@ serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
                             NBDKIT_FLAG_FUA, err);
     }
 
-  /* Some writes gain nothing from the buffer but would pay for a copy
-   * and page faults: one already as large as a merged write, and a
-   * large one (a client copying: order.c puts it in order without a
-   * copy) and the smaller tail right after it.  One that could not fit next to
-   * anything else must not wait for the whole buffer.  All go straight down
-   * (still ordered after older buffered data of the same range, see
-   * buffer_direct).
+  /* Only writes that will merge with something are copied into the
+   * buffer (merges_likely); every other one goes straight down,
+   * uncopied, still ordered after older buffered data of the same range
+   * (buffer_direct).  Always direct: one already as large as a merged
+   * write, a large one (a client copying: order.c puts it in order
+   * without a copy) and the smaller tail right after it, and one that
+   * could not fit next to anything else and must not wait for the
+   * whole buffer.
    */
   large = count >= LARGE_WRITE_MIN;
   if (large && count < co.max_write)
-    order_wait (handle, offset, offset + count);
+    order_wait (handle, offset, offset + count, true);
   if (large || count >= co.max_write || order_follows_large (handle, offset)
       || iv_charge (&co.set, offset, offset + count) > co.buffer_limit / 2)
     {
@@ -478,10 +524,22 @@ serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
           == -1)
         return -1;
     }
+  else if (merges_likely (handle, offset, count))
+    {
+      order_note (handle, offset, offset + count, false, true);
+      if (buffer_write (buf, count, offset, &since_gen, err) == -1)
+        return -1;
+    }
   else
     {
-      order_note (handle, offset, offset + count, false);
-      if (buffer_write (buf, count, offset, &since_gen, err) == -1)
+      /* Ahead of its connection's earlier requests: wait for them as a
+       * large write does, rather than copy.
+       */
+      order_wait (handle, offset, offset + count, false);
+      __atomic_add_fetch (&co.unmerged_writes, 1, __ATOMIC_RELAXED);
+      __atomic_add_fetch (&co.unmerged_bytes, count, __ATOMIC_RELAXED);
+      if (buffer_direct (handle, false, OP_WRITE, buf, count, offset, 0, err)
+          == -1)
         return -1;
     }
 

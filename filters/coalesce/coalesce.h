@@ -36,6 +36,16 @@ enum coalesce_mode
   MODE_WRITETHROUGH
 };
 
+/* Writes below this size are cheap to copy and dear to send alone: on
+ * one connection they are buffered when a neighbour is there or is
+ * expected (see serve_pwrite); larger ones only when several
+ * connections write at once.
+ */
+#define SMALL_WRITE_MAX (64 * 1024)
+
+/* The page size of a buffer backed by transparent huge pages. */
+#define HUGE_PAGE (2 * 1024 * 1024)
+
 #define BG_THREADS_DEFAULT 8
 #define BG_THREADS_MAX 64
 
@@ -75,6 +85,21 @@ struct coalesce
 
   uint64_t order_waits, order_timeouts; /* atomic counters, see order.c */
 
+  /* Connections with a write, zero or trim in progress (atomic, see
+   * order_enter): while several write at once their requests
+   * interleave, and only the buffer can put them back together.
+   */
+  unsigned writing_streams;
+
+  /* Page policy (coalesce-hugepages unset): huge pages while write-back
+   * takes pieces large enough to fill them, small pages otherwise (see
+   * buffer_pick_pages).  What the last pieces written back were like:
+   */
+  bool adaptive_pages;
+  uint64_t small_page; /* the system's page size */
+  uint64_t pol_pieces, pol_bytes;
+  uint64_t page_switches;
+
   /* Everything below is protected by lock. */
   pthread_mutex_t lock;
   pthread_cond_t changed; /* an interval changed state or left */
@@ -101,6 +126,11 @@ struct coalesce
   uint64_t wgen, flushed_gen;
   unsigned direct_inflight;
 
+  /* The write that arrived last, from any connection (see
+   * merges_likely).
+   */
+  uint64_t last_lo, last_hi;
+
   /* Pages freed last, not yet given back (see buffer_release_and_remove):
    * resident memory is at most coalesce-size plus this range.
    */
@@ -114,7 +144,12 @@ struct coalesce
 
   /* Counters, logged at exit. */
   uint64_t writes_in, bytes_in, writes_out, bytes_out;
-  uint64_t flushes_in, flushes_out, zeroes_dropped_bytes, direct_writes;
+  uint64_t flushes_in, flushes_out, zeroes_dropped_bytes;
+  /* Writes that went down uncopied, and of those the ones that had
+   * nothing to merge with (the rest: at least 1M, their tails, FUA with
+   * nothing buffered, too large for the buffer).
+   */
+  uint64_t direct_writes, direct_bytes, unmerged_writes, unmerged_bytes;
   uint64_t backpressure_ns;
 
   /* Writer threads (not protected: started and joined by one thread). */
@@ -126,6 +161,12 @@ extern struct coalesce co;
 
 /* -D coalesce.verbose=1 logs every write-back. */
 extern int coalesce_debug_verbose;
+
+/* -D coalesce.buffer_all=1 buffers every write below 1M, as the filter
+ * did before it sent unmergeable writes down directly (tests of the
+ * writers).
+ */
+extern int coalesce_debug_buffer_all;
 
 #define CALL_BELOW(call)                                                       \
   ({                                                                           \
@@ -176,6 +217,8 @@ extern void buffer_release_and_remove (size_t idx);
 extern void buffer_log_removal (uint64_t a, uint64_t b);
 extern size_t buffer_find_exact (uint64_t start);
 extern void buffer_wait_changed (void);
+extern bool buffer_touches (uint64_t a, uint64_t b);
+extern void buffer_note_piece (uint64_t len);
 /* Called without the lock: */
 extern int buffer_write (const void *buf, uint32_t count, uint64_t offset,
                          uint64_t *fail_gen_at_ack, int *err);
@@ -200,9 +243,12 @@ extern void order_stream_free (struct order_stream *s);
 extern void order_enter (struct order_stream *s);
 extern void order_leave (struct order_stream *s);
 extern void order_note (struct order_stream *s, uint64_t offset, uint64_t end,
-                        bool large);
+                        bool large, bool is_write);
 extern bool order_follows_large (struct order_stream *s, uint64_t offset);
-extern void order_wait (struct order_stream *s, uint64_t offset, uint64_t end);
+extern bool order_expects_neighbour (struct order_stream *s, uint64_t offset,
+                                     uint64_t end);
+extern void order_wait (struct order_stream *s, uint64_t offset, uint64_t end,
+                        bool large);
 
 /* writeback.c (called without the lock). */
 extern int writeback_start (void);

@@ -67,6 +67,7 @@ struct order_stream
   uint64_t end;
   unsigned inflight; /* atomic: writes, zeroes, trims being served */
   bool end_is_large; /* end is where a large write ended */
+  uint64_t small_lo, small_hi; /* the last write below SMALL_WRITE_MAX */
   unsigned nwaiting;
   uint64_t waiting_at[ORDER_MAX_WAITERS];
   unsigned nahead;
@@ -127,18 +128,21 @@ absorb_ahead (struct order_stream *s)
   while (moved);
 }
 
+/* The connection's count of requests in progress, and the server's
+ * count of connections that have one (co.writing_streams).
+ */
 void
 order_enter (struct order_stream *s)
 {
-  if (s)
-    __atomic_add_fetch (&s->inflight, 1, __ATOMIC_RELAXED);
+  if (s && __atomic_add_fetch (&s->inflight, 1, __ATOMIC_RELAXED) == 1)
+    __atomic_add_fetch (&co.writing_streams, 1, __ATOMIC_RELAXED);
 }
 
 void
 order_leave (struct order_stream *s)
 {
-  if (s)
-    __atomic_sub_fetch (&s->inflight, 1, __ATOMIC_RELAXED);
+  if (s && __atomic_sub_fetch (&s->inflight, 1, __ATOMIC_RELAXED) == 0)
+    __atomic_sub_fetch (&co.writing_streams, 1, __ATOMIC_RELAXED);
 }
 
 /* [offset, end) was passed on: it continues the stream if it starts
@@ -174,16 +178,24 @@ advance (struct order_stream *s, uint64_t offset, uint64_t end)
 }
 
 /* The request is about to go down (or into the buffer): move the
- * stream.  Called as late as possible, right before the plugin sees the
- * request, so that writes released by it do not overtake it.
+ * stream, and remember it if it is a small write (is_write: a write,
+ * not a zero or trim; see order_expects_neighbour).  Called as late as
+ * possible, right before the plugin sees the request, so that writes
+ * released by it do not overtake it.
  */
 void
-order_note (struct order_stream *s, uint64_t offset, uint64_t end, bool large)
+order_note (struct order_stream *s, uint64_t offset, uint64_t end, bool large,
+            bool is_write)
 {
   if (s == NULL)
     return;
   pthread_mutex_lock (&s->lock);
   advance (s, offset, end);
+  if (is_write && end - offset < SMALL_WRITE_MAX)
+    {
+      s->small_lo = offset;
+      s->small_hi = end;
+    }
   if (large)
     s->end_is_large = s->end == end;
   pthread_mutex_unlock (&s->lock);
@@ -201,6 +213,30 @@ order_follows_large (struct order_stream *s, uint64_t offset)
     return false;
   pthread_mutex_lock (&s->lock);
   r = s->end_is_large && offset == s->end;
+  pthread_mutex_unlock (&s->lock);
+  return r;
+}
+
+/* True if a small write [offset, end) will probably have a neighbour
+ * to merge with: it touches the connection's last small write (a run
+ * of small writes, ascending or descending; not a zero: qemu-img
+ * convert sends one for each hole between the data it writes), or other requests are in
+ * flight on the connection and it lies ahead of the stream, so they or
+ * the ones still to come may fill the gap before it.
+ */
+bool
+order_expects_neighbour (struct order_stream *s, uint64_t offset,
+                         uint64_t end)
+{
+  bool r;
+
+  if (s == NULL)
+    return false;
+  pthread_mutex_lock (&s->lock);
+  r = (s->small_lo < s->small_hi && offset <= s->small_hi
+       && s->small_lo <= end)
+      || (__atomic_load_n (&s->inflight, __ATOMIC_RELAXED) > 1
+          && offset > s->end && offset - s->end <= ORDER_WINDOW);
   pthread_mutex_unlock (&s->lock);
   return r;
 }
@@ -233,7 +269,7 @@ unlist (struct order_stream *s, uint64_t offset)
  * writes held up by a gap nobody fills go down in ascending order.
  */
 void
-order_wait (struct order_stream *s, uint64_t offset, uint64_t end)
+order_wait (struct order_stream *s, uint64_t offset, uint64_t end, bool large)
 {
   const unsigned grace_ms
       = MIN ((unsigned)coalesce_debug_order_grace_ms, co.order_wait_ms);
@@ -243,8 +279,14 @@ order_wait (struct order_stream *s, uint64_t offset, uint64_t end)
   if (s == NULL)
     return;
   pthread_mutex_lock (&s->lock);
+  /* A write that is not large does not wait while it is alone on its
+   * connection: at queue depth 1 (random small writes) nothing fills
+   * the gap.  A large one gives the requests sent with it a moment to
+   * arrive.
+   */
   if (offset <= s->end || offset - s->end > ORDER_WINDOW
-      || co.order_wait_ms == 0 || s->nwaiting == ORDER_MAX_WAITERS)
+      || co.order_wait_ms == 0 || s->nwaiting == ORDER_MAX_WAITERS
+      || (!large && __atomic_load_n (&s->inflight, __ATOMIC_RELAXED) <= 1))
     {
       if (offset > s->end)
         s->end = offset; /* a jump: the gap is not coming */

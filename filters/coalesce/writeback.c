@@ -133,6 +133,7 @@ writeback_before (uint64_t S, int *first_err)
       if (r == 0)
         {
           writeback_note_success ();
+          buffer_note_piece (b - a);
           buffer_release_and_remove (i);
         }
       else
