@@ -146,7 +146,11 @@ static int
 cmp_range (const void *a, const void *b)
 {
   const struct meta_range *x = a, *y = b;
-  return x->first < y->first ? -1 : x->first > y->first;
+
+  /* At one offset, the header first: "the X overlaps the header". */
+  if (x->first != y->first)
+    return x->first < y->first ? -1 : 1;
+  return (int)x->kind - (int)y->kind;
 }
 
 int
