@@ -180,8 +180,7 @@ qcow2_meta_seal_tables (struct qcow2_image *img, struct qcow2_error *err)
 
 int
 qcow2_meta_move_table (struct qcow2_image *img, enum qcow2_meta_kind kind,
-                       uint64_t offset, uint64_t bytes,
-                       struct qcow2_error *err)
+                       uint64_t offset, uint64_t bytes, struct qcow2_error *err)
 {
   struct qcow2_meta *m = img->meta;
   size_t i;
@@ -377,9 +376,10 @@ qcow2_meta_load (struct qcow2_image *img, struct qcow2_error *err)
   for (i = 0; i < n; ++i)
     {
       uint64_t off = qcow2_rc_block_at (img, i);
-      if (off && qcow2_meta_add (img, QCOW2_META_REFBLOCK,
-                                 off >> img->cluster_bits, err)
-                     == -1)
+      if (off
+          && qcow2_meta_add (img, QCOW2_META_REFBLOCK, off >> img->cluster_bits,
+                             err)
+                 == -1)
         goto refuse;
     }
   for (i = 0; i < img->l1_size; ++i)

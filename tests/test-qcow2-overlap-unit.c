@@ -59,7 +59,10 @@ rnd (uint64_t *s)
 static void
 test_set (void)
 {
-  enum { N = 20000 };
+  enum
+  {
+    N = 20000
+  };
   struct qcow2_image img = { .cluster_bits = 9, .cluster_size = 512 };
   struct qcow2_error err;
   static unsigned char model[N]; /* 0 free, else kind + 1 */
@@ -131,24 +134,31 @@ test_tables (void)
    */
   CHECK (qcow2_meta_add_table (&img, QCOW2_META_ACTIVE_L1, 3 << 16, 64, &err)
          == 0);
-  CHECK (qcow2_meta_add_table (&img, QCOW2_META_REFTABLE, 1 << 16, 2 << 16,
-                               &err)
+  CHECK (
+      qcow2_meta_add_table (&img, QCOW2_META_REFTABLE, 1 << 16, 2 << 16, &err)
+      == 0);
+  CHECK (qcow2_meta_add_table (&img, QCOW2_META_SNAPSHOT_L1, 8 << 16, 24, &err)
          == 0);
-  CHECK (qcow2_meta_add_table (&img, QCOW2_META_SNAPSHOT_L1, 8 << 16, 24,
+  CHECK (qcow2_meta_add_table (&img, QCOW2_META_BITMAPS, 10 << 16, 65536 + 100,
                                &err)
-         == 0);
-  CHECK (qcow2_meta_add_table (&img, QCOW2_META_BITMAPS, 10 << 16,
-                               65536 + 100, &err)
          == 0);
   CHECK (qcow2_meta_add_table (&img, QCOW2_META_SNAPSHOTS, 0, 0, &err) == 0);
   CHECK (qcow2_meta_seal_tables (&img, &err) == 0);
   {
-    const int want[]
-        = { QCOW2_META_HEADER,      QCOW2_META_REFTABLE, QCOW2_META_REFTABLE,
-            QCOW2_META_ACTIVE_L1,   -1,                  -1,
-            -1,                     -1,                  QCOW2_META_SNAPSHOT_L1,
-            -1,                     QCOW2_META_BITMAPS,  QCOW2_META_BITMAPS,
-            -1,                     -1 };
+    const int want[] = { QCOW2_META_HEADER,
+                         QCOW2_META_REFTABLE,
+                         QCOW2_META_REFTABLE,
+                         QCOW2_META_ACTIVE_L1,
+                         -1,
+                         -1,
+                         -1,
+                         -1,
+                         QCOW2_META_SNAPSHOT_L1,
+                         -1,
+                         QCOW2_META_BITMAPS,
+                         QCOW2_META_BITMAPS,
+                         -1,
+                         -1 };
     for (c = 0; c < sizeof want / sizeof want[0]; ++c)
       {
         bool hit = qcow2_meta_lookup (&img, c, 1, &kind, &at);
@@ -159,9 +169,9 @@ test_tables (void)
     CHECK (qcow2_meta_lookup (&img, 4, 5, &kind, &at) && at == 8 << 16);
   }
   /* The refcount table moves past the end: the old clusters are free. */
-  CHECK (qcow2_meta_move_table (&img, QCOW2_META_REFTABLE, 20 << 16, 65536,
-                                &err)
-         == 0);
+  CHECK (
+      qcow2_meta_move_table (&img, QCOW2_META_REFTABLE, 20 << 16, 65536, &err)
+      == 0);
   CHECK (!qcow2_meta_lookup (&img, 1, 2, &kind, &at));
   CHECK (qcow2_meta_lookup (&img, 20, 1, &kind, &at)
          && kind == QCOW2_META_REFTABLE);
@@ -179,30 +189,28 @@ test_tables (void)
       uint64_t o2, b2;
       const char *msg;
     } bad[] = {
-      { QCOW2_META_REFTABLE, 1 << 16, 65536, QCOW2_META_ACTIVE_L1, 1 << 16,
-        16, "overlaps the" },
+      { QCOW2_META_REFTABLE, 1 << 16, 65536, QCOW2_META_ACTIVE_L1, 1 << 16, 16,
+        "overlaps the" },
       { QCOW2_META_SNAPSHOTS, 0, 40, QCOW2_META_ACTIVE_L1, 1 << 16, 16,
         "overlaps the header at 0" },
-      { QCOW2_META_ACTIVE_L1, 4 << 16, 3 << 16, QCOW2_META_SNAPSHOT_L1,
-        6 << 16, 8, "the snapshot L1 table at 0x60000 overlaps the active L1 "
-                    "table at 0x40000" },
+      { QCOW2_META_ACTIVE_L1, 4 << 16, 3 << 16, QCOW2_META_SNAPSHOT_L1, 6 << 16,
+        8,
+        "the snapshot L1 table at 0x60000 overlaps the active L1 "
+        "table at 0x40000" },
     };
     size_t i;
 
     for (i = 0; i < sizeof bad / sizeof bad[0]; ++i)
       {
         struct qcow2_image im = { .cluster_bits = 16, .cluster_size = 65536 };
-        CHECK (qcow2_meta_add_table (&im, bad[i].k1, bad[i].o1, bad[i].b1,
-                                     &err)
+        CHECK (qcow2_meta_add_table (&im, bad[i].k1, bad[i].o1, bad[i].b1, &err)
                == 0);
-        CHECK (qcow2_meta_add_table (&im, bad[i].k2, bad[i].o2, bad[i].b2,
-                                     &err)
+        CHECK (qcow2_meta_add_table (&im, bad[i].k2, bad[i].o2, bad[i].b2, &err)
                == 0);
         CHECK (qcow2_meta_seal_tables (&im, &err) == -1);
         CHECK (err.errnum == EINVAL);
         if (strstr (err.msg, bad[i].msg) == NULL)
-          die ("overlap %zu: message '%s' lacks '%s'", i, err.msg,
-               bad[i].msg);
+          die ("overlap %zu: message '%s' lacks '%s'", i, err.msg, bad[i].msg);
         qcow2_meta_free (&im);
       }
   }
@@ -243,8 +251,8 @@ compare_with_scan (struct qcow2_image *img, const char *what)
         CHECK (l2_cache_get (img->l2, l2, &ref) == 0);
         for (j = 0; j < (1ULL << img->l2_bits); ++j)
           {
-            uint64_t e = get_be64 ((const char *)ref.table
-                                   + j * img->l2_entry_bytes);
+            uint64_t e
+                = get_be64 ((const char *)ref.table + j * img->l2_entry_bytes);
             if (e & L2E_OFFSET_MASK)
               {
                 CHECK (!qcow2_meta_lookup (img, (e & L2E_OFFSET_MASK) / cs, 1,
@@ -323,8 +331,7 @@ test_image (uint64_t size, unsigned cbits, unsigned rbits, bool linear)
         die ("flush: %s", err.msg);
     }
   CHECK (qcow2_flush (img, &err) == 0);
-  snprintf (what, sizeof what,
-            "%s %" PRIu64 "K clusters=%u refcount=%u%s",
+  snprintf (what, sizeof what, "%s %" PRIu64 "K clusters=%u refcount=%u%s",
             linear ? "linear" : "compact", size >> 10, (unsigned)cs, rbits,
             img->reftable_offset != rt_was ? " (refcount table moved)" : "");
   compare_with_scan (img, what);
