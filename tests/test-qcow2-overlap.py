@@ -18,6 +18,7 @@ lets the write through, its answer is printed, not asserted.
 """
 import os, re, shutil, signal, struct, subprocess, sys, time
 
+sys.dont_write_bytecode = True  # the source tree may be read-only
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from importlib import import_module
 Q = import_module('test-qcow2-poke').Q
