@@ -71,15 +71,20 @@ def serve_ops(img, ops):
     """Start the plugin on img (writable), run ops, stop it.
     Returns (started, results, log)."""
     sock = f'{D}/sock'
+    pidfile = f'{D}/nbdkit.pid'
     logpath = f'{D}/nbdkit.log'
-    if os.path.exists(sock):
-        os.unlink(sock)
+    for f in (sock, pidfile):
+        if os.path.exists(f):
+            os.unlink(f)
     with open(logpath, 'w') as log:
-        p = subprocess.Popen([NBDKIT, '-f', '--log=stderr', '-U', sock, PLUG,
-                              f'file={img}', 'format=qcow2'],
+        p = subprocess.Popen([NBDKIT, '-f', '--log=stderr', '-U', sock,
+                              '-P', pidfile, PLUG, f'file={img}',
+                              'format=qcow2'],
                              stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(600):
-        if os.path.exists(sock) or p.poll() is not None:
+    # nbdkit writes the pid file once it listens on the socket.
+    for _ in range(1200):
+        if (os.path.exists(pidfile) and os.path.getsize(pidfile) > 0) \
+                or p.poll() is not None:
             break
         time.sleep(0.05)
     res = []
