@@ -352,6 +352,11 @@ qcow2_apply_deferred (struct qcow2_image *img, struct qcow2_error *err)
         return -1;
       if (v == 0)
         {
+          /* A metadata cluster is never reusable, whatever its count. */
+          if (qcow2_meta_check (img, cl << img->cluster_bits, img->cluster_size,
+                                "free", err)
+              == -1)
+            return -1;
           /* Give the space back to the file system; a hint only. */
           if (img->io->zero)
             img->io->zero (img->io, cl << img->cluster_bits, img->cluster_size,

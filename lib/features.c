@@ -137,7 +137,13 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
                                    dir_size, 1, MAX_BITMAP_DIRECTORY_BYTES, err)
                 == -1)
               return -1;
-            /* Bitmaps do not change what the disk reads: nothing more. */
+            /* Bitmaps do not change what the disk reads: nothing more,
+             * but guest data must not overwrite the directory.
+             */
+            if (qcow2_meta_add_table (img, QCOW2_META_BITMAPS, dir_offset,
+                                      dir_size, err)
+                == -1)
+              return -1;
             break;
           }
         case EXT_DATA_FILE:

@@ -291,5 +291,7 @@ qcow2_parse_header (struct qcow2_image *img,
     }
   if (qcow2_check_tables (img, h.refcount_clusters, err) == -1)
     return -1;
-  return qcow2_read_snapshots (img, opts ? opts->snapshot : NULL, err);
+  if (qcow2_read_snapshots (img, opts ? opts->snapshot : NULL, err) == -1)
+    return -1;
+  return qcow2_meta_seal_tables (img, err);
 }

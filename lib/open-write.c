@@ -90,6 +90,8 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
                      err)
       == -1)
     return -1;
+  if (qcow2_meta_load (img, err) == -1)
+    return -1;
   img->writable = true;
 
   /* Allocation starts past both the file and the last cluster in use

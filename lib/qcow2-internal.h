@@ -211,6 +211,8 @@ struct qcow2_image
   uint64_t reftable_offset, reftable_bytes;
   uint64_t snapshots_offset, snapshots_bytes;
   uint32_t nb_snapshots;
+  /* Every metadata cluster, for the overlap checks (overlap.c). */
+  struct qcow2_meta *meta;
 
   char *backing_file;
   char *backing_format;
@@ -375,6 +377,72 @@ extern int qcow2_open_writable (struct qcow2_image *img,
 extern int qcow2_close_writable (struct qcow2_image *img,
                                  struct qcow2_error *err);
 
+/* ---- metadata overlap checks (overlap.c) ----
+ *
+ * Which host clusters hold metadata: the header's tables as ranges
+ * (refused at open if two overlap), and when writable the active L2
+ * tables and refcount blocks one by one, kept up to date by the code
+ * that makes and replaces them.  A lookup is O(log tables) + O(1) per
+ * cluster.  Changes and write checks happen under the image lock
+ * (exclusive).  Functions returning int return 0 or -1 after setting err.
+ */
+enum qcow2_meta_kind
+{
+  QCOW2_META_HEADER,
+  QCOW2_META_ACTIVE_L1,
+  QCOW2_META_REFTABLE,
+  QCOW2_META_SNAPSHOTS,
+  QCOW2_META_SNAPSHOT_L1,
+  QCOW2_META_BITMAPS,
+  QCOW2_META_L2,
+  QCOW2_META_REFBLOCK,
+};
+extern const char *qcow2_meta_name (enum qcow2_meta_kind kind);
+/* At open: a table the header leads to (checked: aligned, in limits). */
+extern int qcow2_meta_add_table (struct qcow2_image *img,
+                                 enum qcow2_meta_kind kind, uint64_t offset,
+                                 uint64_t bytes, struct qcow2_error *err);
+/* At the end of parsing: add the header cluster, sort, and refuse (EINVAL)
+ * tables that overlap one another or the header.
+ */
+extern int qcow2_meta_seal_tables (struct qcow2_image *img,
+                                   struct qcow2_error *err);
+/* The one table of 'kind' is now at [offset, offset+bytes). */
+extern int qcow2_meta_move_table (struct qcow2_image *img,
+                                  enum qcow2_meta_kind kind, uint64_t offset,
+                                  uint64_t bytes, struct qcow2_error *err);
+/* At a writable open, the refcounts loaded: record the refcount blocks
+ * and the active L2 tables, refusing (EIO) an entry that names another
+ * table.
+ */
+extern int qcow2_meta_load (struct qcow2_image *img, struct qcow2_error *err);
+/* A new L2 table or refcount block at 'cluster'; EIO if that cluster
+ * already is metadata (a corrupt image, or a bug of ours).
+ */
+extern int qcow2_meta_add (struct qcow2_image *img, enum qcow2_meta_kind kind,
+                           uint64_t cluster, struct qcow2_error *err);
+/* 'cluster' no longer holds an L2 table or refcount block. */
+extern void qcow2_meta_remove (struct qcow2_image *img, uint64_t cluster);
+/* Is a cluster of [first, first+n) metadata?  Its kind and offset. */
+extern bool qcow2_meta_lookup (const struct qcow2_image *img, uint64_t first,
+                               uint64_t n, enum qcow2_meta_kind *kind,
+                               uint64_t *at);
+extern size_t qcow2_meta_count (const struct qcow2_image *img);
+/* Before writing or freeing host bytes [offset, offset+len) as guest
+ * data ('what': "write", "free"): -1 with EIO if they touch metadata,
+ * the image then failed (read-only) and the message says so, as
+ * qemu's "Preventing invalid write on metadata".
+ */
+extern int qcow2_meta_check (struct qcow2_image *img, uint64_t offset,
+                             uint64_t len, const char *what,
+                             struct qcow2_error *err);
+/* The same for the host clusters L2 entry 'e' holds (a COPIED cluster's
+ * only if 'copied'), before they are freed.
+ */
+extern int qcow2_meta_check_entry (struct qcow2_image *img, uint64_t e,
+                                   bool copied, struct qcow2_error *err);
+extern void qcow2_meta_free (struct qcow2_image *img);
+
 /* ---- refcounts (refcount.c) ----
  *
  * Not thread-safe: callers hold the image's lock exclusively.  Functions
@@ -420,6 +488,8 @@ extern int qcow2_rc_make_block (struct qcow2_image *img, uint64_t idx,
 extern int qcow2_rc_install_blocks (struct qcow2_image *img,
                                     const uint64_t *idx, const uint64_t *at,
                                     size_t n, struct qcow2_error *err);
+/* Host offset of the refcount block of table index idx (0: none). */
+extern uint64_t qcow2_rc_block_at (const struct qcow2_image *img, uint64_t idx);
 extern uint64_t qcow2_rc_entry_get (const void *block, unsigned order,
                                     uint64_t i);
 extern void qcow2_rc_entry_set (void *block, unsigned order, uint64_t i,

@@ -143,6 +143,7 @@ qcow2_close (struct qcow2_image *img)
   if (img->writable)
     qcow2_close_writable (img, NULL);
   l2_cache_free (img->l2);
+  qcow2_meta_free (img);
   free (img->l1);
   free (img->backing_file);
   free (img->backing_format);

@@ -409,6 +409,10 @@ ensure_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
                        off);
       return -1;
     }
+  if (qcow2_meta_check (img, off, img->cluster_size, "refcount block write",
+                        err)
+      == -1)
+    return -1;
   if (img->io->fixed_size && off + img->cluster_size > img->file_size)
     {
       qcow2_set_error (err, ENOSPC, "no space for a refcount block");
@@ -436,7 +440,7 @@ ensure_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
       == -1)
     return -1;
   rc->table[idx] = off;
-  return 0;
+  return qcow2_meta_add (img, QCOW2_META_REFBLOCK, cluster, err);
 }
 
 /* Grow the table so that index 'need_idx' exists.  Past everything in
@@ -580,12 +584,22 @@ grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
     goto out;
 
   /* Switched: the old table is garbage once nothing refers to it. */
+  for (i = first; i <= last; ++i)
+    if ((i >= rc->entries || rc->table[i] == 0)
+        && qcow2_meta_add (img, QCOW2_META_REFBLOCK,
+                           table[i] >> img->cluster_bits, err)
+               == -1)
+      goto out;
   free (rc->table);
   rc->table = table;
   table = NULL;
   rc->entries = entries;
   img->reftable_offset = (p + nblocks) * cs;
   img->reftable_bytes = tclusters * cs;
+  if (qcow2_meta_move_table (img, QCOW2_META_REFTABLE, img->reftable_offset,
+                             img->reftable_bytes, err)
+      == -1)
+    goto out;
   for (i = 0; i < old_bytes / cs; ++i)
     if (qcow2_rc_update (img, (old_offset / cs) + i, -1, err) == -1)
       goto out;
@@ -606,6 +620,17 @@ qcow2_rc_update (struct qcow2_image *img, uint64_t cluster, int64_t delta,
   struct rc_slot *s;
   uint64_t v;
 
+  /* No block: the refcount is 0, and a decrement is refused before a
+   * block is made (over a cluster that may be in use).
+   */
+  if (delta < 0 && (idx >= rc->entries || rc->table[idx] == 0))
+    {
+      qcow2_set_error (err, EIO,
+                       "refcount of cluster %#" PRIx64 " would be out of "
+                       "range (0 %+" PRId64 ", it has no refcount block)",
+                       cluster << img->cluster_bits, delta);
+      return -1;
+    }
   if (ensure_block (img, idx, err) == -1)
     return -1;
   s = get_block (img, idx, err);
@@ -674,6 +699,12 @@ qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
 }
 
 /* ---- Making room ahead (adopt.c) ---- */
+
+uint64_t
+qcow2_rc_block_at (const struct qcow2_image *img, uint64_t idx)
+{
+  return idx < img->rc->entries ? img->rc->table[idx] : 0;
+}
 
 uint64_t
 qcow2_rc_block_clusters (const struct qcow2_image *img)
@@ -750,6 +781,8 @@ qcow2_rc_install_blocks (struct qcow2_image *img, const uint64_t *idx,
         return io_error (err, r, "writing the refcount table",
                          img->reftable_offset + idx[i] * 8);
       rc->table[idx[i]] = at[i] << img->cluster_bits;
+      if (qcow2_meta_add (img, QCOW2_META_REFBLOCK, at[i], err) == -1)
+        return -1;
     }
   r = img->io->flush (img->io);
   return r < 0 ? io_error (err, r, "flushing the refcount table", 0) : 0;

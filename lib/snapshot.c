@@ -138,6 +138,15 @@ walk_snapshots (struct qcow2_image *img, const char *want,
       e = t.buf + off; /* the buffer may have moved */
       s.l1_offset = get_be64 (e);
       s.l1_size = get_be32 (e + 8);
+      /* Metadata that guest data must not overwrite, when it is a
+       * table at all (a bad one is refused only if served).
+       */
+      if (s.l1_offset && !(s.l1_offset & (img->cluster_size - 1))
+          && s.l1_offset < img->file_size && s.l1_size <= MAX_L1_BYTES / 8
+          && qcow2_meta_add_table (img, QCOW2_META_SNAPSHOT_L1, s.l1_offset,
+                                   (uint64_t)s.l1_size * 8, err)
+                 == -1)
+        goto fail;
       /* Older entries have no disk size: the snapshot has the disk's. */
       s.disk_size
           = extra >= 16 ? get_be64 (e + SNAPSHOT_HEADER_BYTES + 8) : img->size;
@@ -153,6 +162,10 @@ walk_snapshots (struct qcow2_image *img, const char *want,
     }
   free (t.buf);
   img->snapshots_bytes = off;
+  if (qcow2_meta_add_table (img, QCOW2_META_SNAPSHOTS, img->snapshots_offset,
+                            img->snapshots_bytes, err)
+      == -1)
+    return -1;
   if (!found->found)
     *found = by_name;
   return 0;

@@ -72,6 +72,10 @@ qcow2_check_tables (struct qcow2_image *img, uint32_t refcount_clusters,
       == -1)
     return -1;
   img->reftable_bytes = (uint64_t)refcount_clusters << img->cluster_bits;
+  if (qcow2_meta_add_table (img, QCOW2_META_REFTABLE, img->reftable_offset,
+                            img->reftable_bytes, err)
+      == -1)
+    return -1;
 
   if (img->nb_snapshots > MAX_SNAPSHOTS)
     {
@@ -104,6 +108,6 @@ qcow2_check_tables (struct qcow2_image *img, uint32_t refcount_clusters,
     }
   img->active_l1_offset = img->l1_offset;
   img->active_l1_bytes = (uint64_t)img->l1_size * 8;
-
-  return 0;
+  return qcow2_meta_add_table (img, QCOW2_META_ACTIVE_L1, img->active_l1_offset,
+                               img->active_l1_bytes, err);
 }

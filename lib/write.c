@@ -83,7 +83,8 @@ cow_l2 (struct qcow2_image *img, uint64_t l1_idx, uint64_t old,
                        strerror (-r));
       return -1;
     }
-  if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1)
+  if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1
+      || qcow2_meta_add (img, QCOW2_META_L2, c, err) == -1)
     {
       l2_cache_put (&src);
       return -1;
@@ -95,6 +96,7 @@ cow_l2 (struct qcow2_image *img, uint64_t l1_idx, uint64_t old,
   if (r == RETRY)
     {
       /* Nothing refers to c: give it back now. */
+      qcow2_meta_remove (img, c);
       if (qcow2_rc_update (img, c, -1, err) == -1)
         return -1;
       qcow2_alloc_reuse (img, c);
@@ -106,6 +108,8 @@ cow_l2 (struct qcow2_image *img, uint64_t l1_idx, uint64_t old,
       l2_cache_put (ref);
       return -1;
     }
+  /* The old table stays a snapshot's (not checked, as in qemu). */
+  qcow2_meta_remove (img, old >> img->cluster_bits);
   img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
   qcow2_l1_mark_dirty (img, l1_idx);
   return 0;
@@ -124,12 +128,14 @@ qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
 
   if (l2_off == 0)
     {
-      if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1)
+      if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1
+          || qcow2_meta_add (img, QCOW2_META_L2, c, err) == -1)
         return -1;
       r = get_write (img, c << img->cluster_bits, true, ref, err);
       if (r == RETRY)
         {
           /* Nothing refers to c: give it back now. */
+          qcow2_meta_remove (img, c);
           if (qcow2_rc_update (img, c, -1, err) == -1)
             return -1;
           qcow2_alloc_reuse (img, c);
@@ -154,6 +160,9 @@ int
 qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
                   struct qcow2_error *err)
 {
+  /* Never a metadata cluster, whatever a hostile entry says. */
+  if (qcow2_meta_check_entry (img, e, copied, err) == -1)
+    return -1;
   if (e & OFLAG_COMPRESSED)
     {
       /* Its sectors may share host clusters with neighbours: each host
@@ -259,6 +268,8 @@ prepare_slot (struct qcow2_image *img, uint64_t off, uint64_t n,
   if (!(s->e & OFLAG_COMPRESSED) && s->host && (s->e & OFLAG_COPIED))
     {
       if (qcow2_check_data_cluster (img, s->host, off, err) == -1
+          || qcow2_meta_check (img, s->host, img->cluster_size, "write", err)
+                 == -1
           || qcow2_rc_get (img, s->host >> img->cluster_bits, &v, err) == -1)
         goto fail;
       if (v != 1)
@@ -286,10 +297,20 @@ prepare_slot (struct qcow2_image *img, uint64_t off, uint64_t n,
       s->kind = IN_PLACE;
       return 0;
     }
-  if (qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err) == -1)
+  /* What the link will free must not be metadata: refuse now, before
+   * anything is allocated or written.
+   */
+  if (qcow2_meta_check_entry (img, s->e, false, err) == -1
+      || qcow2_alloc_cluster (img, false, off >> img->cluster_bits, &c, err)
+             == -1)
     goto fail;
   s->kind = NEW;
   s->host = c << img->cluster_bits;
+  /* A metadata cluster with refcount 0 (a corrupt image, or a bug of
+   * ours) stays counted and untouched.
+   */
+  if (qcow2_meta_check (img, s->host, img->cluster_size, "write", err) == -1)
+    goto fail;
   /* The table slot stays referenced (never evicted) and the L1 entry
    * stays what it is now (qcow2_get_l2_for_write), so 'ent' is still
    * this cluster's entry at the link.

@@ -15,10 +15,11 @@ QCOW2_TESTS = \
 	test-qcow2-write-refuse.sh \
 	test-qcow2-write-fault.sh \
 	test-qcow2-concurrent.sh \
-	test-qcow2-tsan.sh
-TESTS += $(QCOW2_TESTS)
+	test-qcow2-tsan.sh \
+	test-qcow2-overlap.sh
+TESTS += $(QCOW2_TESTS) test-qcow2-overlap-unit
 EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py test-qcow2-patch.py \
-	test-qcow2-functions.sh
+	test-qcow2-functions.sh test-qcow2-overlap.py test-qcow2-poke.py
 
 # The library on its own, over in-memory host I/O.
 check_PROGRAMS += test-qcow2-unit
@@ -31,3 +32,9 @@ check_PROGRAMS += test-qcow2-write-unit
 test_qcow2_write_unit_SOURCES = test-qcow2-write-unit.c
 # Also links the library under test.
 test_qcow2_write_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)
+
+# The metadata map behind the overlap checks (lib/overlap.c).
+check_PROGRAMS += test-qcow2-overlap-unit
+test_qcow2_overlap_unit_SOURCES = test-qcow2-overlap-unit.c
+# Also links the library under test.
+test_qcow2_overlap_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)

@@ -25,15 +25,16 @@ refused ()
   echo "ok: $img${*:+ $*} refused: $msg"
 }
 
-# read_fails IMG OFFSET 'MESSAGE': the server starts, a read at OFFSET
-# fails with EIO and the log has IMG: MESSAGE; the server survives and
-# still serves a good area (the last 64 KiB).
+# read_fails IMG OFFSET 'MESSAGE' [PARAMS...]: the server starts,
+# a read at OFFSET fails with EIO and the log has IMG: MESSAGE; the
+# server survives and still serves a good area (the last 64 KiB).
 read_fails ()
 {
   local img=$1 off=$2 msg=$3 srv pid
+  shift 3
   n=$((n + 1))
   srv=h$n
-  start_logged $srv "$IMAGE_PLUGIN" file="$T/$img"
+  start_logged $srv "$IMAGE_PLUGIN" file="$T/$img" "$@"
   pid=$(pidof_srv $srv)
   expect_error 'Input/output error|EIO' \
     nbdsh -u "$(uri $srv)" -c "h.pread(4096, $off)"
@@ -122,8 +123,11 @@ read_fails l2-unaligned.qcow2 0 \
 mk l2-eof.qcow2 l2-eof.qcow2 l1 0 '0x1000000000'
 read_fails l2-eof.qcow2 0 'L2 table offset 0x1000000000 is beyond the end of the file \(L1 index 0\)'
 mk l2-on-l1.qcow2 l2-on-l1.qcow2 l1 0 l1
+# Writable, an L1 entry naming another table is refused at open
+# (test-qcow2-overlap.sh has more); read-only, the read meeting it fails.
+refused l2-on-l1.qcow2 'refusing to write this image: the active L2 table at 0x[0-9a-f]+ would overlap the active L1 table there \(the image is corrupt: check it with qemu-img check\)'
 read_fails l2-on-l1.qcow2 0 \
-  'L2 table offset 0x[0-9a-f]+ overlaps metadata \(L1 index 0\)'
+  'L2 table offset 0x[0-9a-f]+ overlaps metadata \(L1 index 0\)' readonly=true
 mk data-eof.qcow2 data-eof.qcow2 l2 0 '0x100000000 | 1 << 63'
 read_fails data-eof.qcow2 0 'data cluster offset 0x100000000 is beyond the end of the file \(guest offset 0\)'
 mk data-reftable.qcow2 data-reftable.qcow2 l2 1 'reftable'
