@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "imagespec.h"
+#include "list.h"
 #include "probe.h"
 #include "settings.h"
 #include "supervise.h"
@@ -111,6 +112,7 @@ struct cmdline
   enum detect_zeroes detect_zeroes;
   bool alloc_depth;
   bool fork_process;
+  bool list; /* -L */
   const char *pid_file;
   const char *selinux_label;
   const char *filename;
@@ -289,6 +291,7 @@ usage (void)
   /* clang-format off */
   printf (
 "Usage: %s [OPTIONS] FILE\n"
+"  or:  %s -L [OPTIONS]\n"
 "A qemu-nbd compatible command: serves FILE with nbdkit, the nbdstack image\n"
 "plugin and the nbdstack filters.  The command line is qemu-nbd's.\n"
 "\n"
@@ -332,8 +335,11 @@ usage (void)
 "                            is not offered (nbdkit has no way to)\n"
 "\n"
 "Refused with exit status 1 (see nbdstack-nbd(1) for why):\n"
-"  -s/--snapshot, -c/--connect, -d/--disconnect, -L/--list, -B/--bitmap,\n"
+"  -s/--snapshot, -c/--connect, -d/--disconnect, -B/--bitmap,\n"
 "  -T/--trace, --object, --tls-creds, --tls-authz, --tls-hostname\n"
+"\n"
+"  -L, --list                list the exports of the server at -k, or -b/-p\n"
+"                            (qemu-nbd's output; with libnbd)\n"
 "\n"
 "  -h, --help                display this help and exit\n"
 "  -V, --version             output version information and exit\n"
@@ -341,7 +347,7 @@ usage (void)
 "Environment: NBDSTACK_NBDKIT, the nbdkit to run (default: nbdkit from PATH).\n"
 "Our own settings, key=value, come from NBDSTACK_OPTIONS (blank-separated)\n"
 "over the config file NBDSTACK_CONFIG (default %s):\n",
-          progname, DEFAULT_CONFIG);
+          progname, progname, DEFAULT_CONFIG);
   /* clang-format on */
   settings_print_keys ();
 }
@@ -617,8 +623,8 @@ parse_cmdline (int argc, char *argv[], struct cmdline *c)
                      "nbdkit with --tls directly)");
           break;
         case OPT_TLSHOSTNAME:
-          refuse (c, "--tls-hostname: not supported: it is for -L, which "
-                     "is not supported either");
+          refuse (c, "--tls-hostname: not supported: TLS is not mapped (use "
+                     "nbdinfo --list with a TLS URI)");
           break;
         case OPT_TLSAUTHZ:
           refuse (c, "--tls-authz: not supported: TLS is not mapped (run "
@@ -635,8 +641,7 @@ parse_cmdline (int argc, char *argv[], struct cmdline *c)
           c->fork_process = true;
           break;
         case 'L':
-          refuse (c, "-L/--list: not supported: nbdstack-nbd is a server "
-                     "only (use nbdinfo --list)");
+          c->list = true;
           break;
         case OPT_PID_FILE:
           c->pid_file = optarg;
@@ -654,6 +659,19 @@ parse_cmdline (int argc, char *argv[], struct cmdline *c)
    */
   if (c->refusal)
     die ("%s", c->refusal);
+  if (c->list)
+    {
+      /* qemu-nbd's checks, in its order. */
+      if (argc != optind)
+        die ("List mode is incompatible with a file name");
+      if (c->export_name || c->description || c->offset || c->format
+          || c->snapshot || c->alloc_depth || c->seen_aio || c->seen_discard
+          || c->seen_cache)
+        die ("List mode is incompatible with per-device settings");
+      if (c->fork_process)
+        die ("List mode is incompatible with forking");
+      return;
+    }
   if (argc - optind != 1)
     {
       fprintf (stderr, "%s: Invalid number of arguments\n", progname);
@@ -1078,6 +1096,14 @@ main (int argc, char *argv[])
   char *err, *nv;
 
   parse_cmdline (argc, argv, &cmd);
+  if (cmd.list)
+    {
+      if (socket_activation_fds ())
+        die ("List mode is incompatible with socket activation");
+      if (cmd.selinux_label && cmd.sockpath == NULL)
+        die ("--selinux-label is not permitted without --socket");
+      exit (list_exports (progname, cmd.sockpath, cmd.bind, cmd.port));
+    }
 
   /* What qemu-nbd checks after parsing, in its order. */
   plan.activation_fds = socket_activation_fds ();
