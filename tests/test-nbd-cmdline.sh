@@ -105,7 +105,6 @@ done <<EOF
 --tls-creds|-b 127.0.0.1 --tls-creds tls0 "$img"
 --tls-authz|-b 127.0.0.1 --tls-authz a0 "$img"
 --tls-hostname|-b 127.0.0.1 --tls-hostname h "$img"
--L/--list|-L -k "$sock"
 -c/--connect|-c /dev/nbd-nbdstack-missing "$img"
 -d/--disconnect|-d /dev/nbd-nbdstack-missing
 driver 'vmdk' is not supported|-k "$sock" -f vmdk "$img"
