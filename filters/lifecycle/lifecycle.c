@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -307,13 +308,17 @@ lifecycle_after_fork (nbdkit_backend *backend)
 static void
 lifecycle_cleanup (nbdkit_backend *backend)
 {
-  /* A normal exit: the supervisor did not ask for a drain, so the
-   * thread is still reading; it ends when the supervisor closes its
-   * end, which it does only after we are gone, so detach rather than
-   * join.
+  /* A normal exit (the last client left): wake the thread, which is
+   * waiting for the supervisor, and wait for it, so that it neither
+   * uses our context while it is closed below nor runs in this module
+   * once nbdkit has unloaded it.
    */
   if (control_thread_started)
-    pthread_detach (control_thread);
+    {
+      shutdown (control_fd, SHUT_RD);
+      pthread_join (control_thread, NULL);
+      control_thread_started = false;
+    }
   if (below)
     {
       below->finalize (below);
