@@ -57,14 +57,17 @@ supervise_control_fd (unsigned activation_fds)
 
 /* A line nbdkit writes when a client goes away during the handshake:
  * "nbdkit: PLUGIN[N]: error: CONTEXT: REASON", where the context is a
- * handshake step and the reason says that the peer hung up.
+ * step of nbdkit 1.32's handshake ("write: sending newstyle handshake",
+ * "reading initial client flags", "reading option", "read: NBD_OPT_..."
+ * or "write: NBD_OPT_...", the queries of NBD_OPT_*_META_CONTEXT) and
+ * the reason says that the peer hung up.
  */
 static bool
 is_handshake_hangup (const char *line)
 {
   static const char *const steps[]
-      = { "handshake", "initial client flags", "reading option",
-          "reading magic", "option", "reply" };
+      = { "newstyle handshake", "initial client flags", "reading option",
+          ": NBD_OPT_", "reading number of queries", "query string" };
   static const char *const reasons[]
       = { "Broken pipe", "Connection reset by peer", "end of file" };
   bool step = false, reason = false;
