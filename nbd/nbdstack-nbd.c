@@ -4,8 +4,9 @@
  * Pipelines (oVirt imageio, vdsm, scripts) start their NBD server as
  * qemu-nbd.  This command takes the same command line, translates it
  * into an nbdkit command line with the image plugin and our filters,
- * and execs nbdkit, so that the running server is nbdkit and those
- * pipelines switch by changing one program name.
+ * and runs nbdkit as its child (supervise.c), so that the server is
+ * nbdkit and those pipelines switch by changing one program name.
+ * -L is a client instead (list.c).
  *
  * Options are parsed with the same getopt_long table as qemu-nbd 7.2,
  * and checked in the same order with the same outcome: what qemu-nbd
@@ -20,7 +21,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,7 +29,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "imagespec.h"
