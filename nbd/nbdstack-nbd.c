@@ -4,8 +4,9 @@
  * Pipelines (oVirt imageio, vdsm, scripts) start their NBD server as
  * qemu-nbd.  This command takes the same command line, translates it
  * into an nbdkit command line with the image plugin and our filters,
- * and execs nbdkit, so that the running server is nbdkit and those
- * pipelines switch by changing one program name.
+ * and runs nbdkit as its child (supervise.c), so that the server is
+ * nbdkit and those pipelines switch by changing one program name.
+ * -L is a client instead (list.c).
  *
  * Options are parsed with the same getopt_long table as qemu-nbd 7.2,
  * and checked in the same order with the same outcome: what qemu-nbd
@@ -20,7 +21,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,12 +29,13 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "imagespec.h"
+#include "list.h"
 #include "probe.h"
 #include "settings.h"
+#include "supervise.h"
 
 /* The qemu-nbd whose command line this implements.  The first line of
  * --version puts it where qemu-nbd puts its own version, because tools
@@ -110,6 +111,7 @@ struct cmdline
   enum detect_zeroes detect_zeroes;
   bool alloc_depth;
   bool fork_process;
+  bool list; /* -L */
   const char *pid_file;
   const char *selinux_label;
   const char *filename;
@@ -203,19 +205,68 @@ nbdkit_version (void)
   return v;
 }
 
-/* Where our plugin and filters are: a build tree (NBDSTACK_BUILDDIR,
- * for the test suite) or the directories they were installed into.
- * Our filters are always named by path, so a private install does not
- * depend on nbdkit's own filterdir.
+/* The build tree this executable was run from, or NULL: the program is
+ * BUILDDIR/nbd/nbdstack-nbd (or, under a libtool wrapper,
+ * BUILDDIR/nbd/.libs/...), and the build tree has the image plugin.
+ * Found from /proc/self/exe, as nbdkit's ./nbdkit wrapper finds its
+ * own tree from where it is.
+ */
+static char *
+exe_builddir (void)
+{
+  char exe[PATH_MAX], *dir, *p;
+  ssize_t n = readlink ("/proc/self/exe", exe, sizeof exe - 1);
+
+  if (n <= 0)
+    return NULL;
+  exe[n] = '\0';
+  for (int up = 0; up < 2; ++up)
+    {
+      /* Strip the last component: EXE's directory, then its parent. */
+      p = strrchr (exe, '/');
+      if (p == NULL || p == exe)
+        return NULL;
+      *p = '\0';
+      if (up == 0)
+        {
+          p = strrchr (exe, '/');
+          if (p && strcmp (p, "/.libs") == 0)
+            *p = '\0';
+        }
+    }
+  if (asprintf (&dir, "%s/plugins/image/.libs/nbdkit-image-plugin.so", exe)
+      == -1)
+    return NULL;
+  if (access (dir, R_OK) == -1)
+    {
+      free (dir);
+      return NULL;
+    }
+  free (dir);
+  return strdup (exe);
+}
+
+/* Where our plugin and filters are: the build tree named by
+ * NBDSTACK_BUILDDIR, else the build tree this program was run from,
+ * else the directories they were installed into.  Our filters are
+ * always named by path, so a private install does not depend on
+ * nbdkit's own filterdir.
  */
 static char *
 component_path (const char *kind, const char *name)
 {
-  const char *builddir = getenv ("NBDSTACK_BUILDDIR");
+  static char *builddir;
+  static bool looked;
+  const char *env = getenv ("NBDSTACK_BUILDDIR");
   char *p;
   int r;
 
-  if (builddir && *builddir)
+  if (!looked)
+    {
+      looked = true;
+      builddir = env && *env ? strdup (env) : exe_builddir ();
+    }
+  if (builddir)
     r = asprintf (&p, "%s/%ss/%s/.libs/nbdkit-%s-%s.so", builddir, kind, name,
                   name, kind);
   else
@@ -239,6 +290,7 @@ usage (void)
   /* clang-format off */
   printf (
 "Usage: %s [OPTIONS] FILE\n"
+"  or:  %s -L [OPTIONS]\n"
 "A qemu-nbd compatible command: serves FILE with nbdkit, the nbdstack image\n"
 "plugin and the nbdstack filters.  The command line is qemu-nbd's.\n"
 "\n"
@@ -249,7 +301,8 @@ usage (void)
 "  -e, --shared=NUM          serve at most NUM clients at once (default 1,\n"
 "                            0 for no limit); more are refused, not queued\n"
 "  -t, --persistent          don't exit when the last client leaves\n"
-"  -v, --verbose             nbdkit -v\n"
+"  -v, --verbose             with --fork, keep stderr open (as qemu-nbd);\n"
+"                            nbdkit's debug output is nbdkit-debug=on\n"
 "  -x, --export-name=NAME    the export's name (default is empty string)\n"
 "  -D, --description=TEXT    the export's description\n"
 "  --fork                    fork off the server and exit once it is ready\n"
@@ -281,8 +334,11 @@ usage (void)
 "                            is not offered (nbdkit has no way to)\n"
 "\n"
 "Refused with exit status 1 (see nbdstack-nbd(1) for why):\n"
-"  -s/--snapshot, -c/--connect, -d/--disconnect, -L/--list, -B/--bitmap,\n"
+"  -s/--snapshot, -c/--connect, -d/--disconnect, -B/--bitmap,\n"
 "  -T/--trace, --object, --tls-creds, --tls-authz, --tls-hostname\n"
+"\n"
+"  -L, --list                list the exports of the server at -k, or -b/-p\n"
+"                            (qemu-nbd's output; with libnbd)\n"
 "\n"
 "  -h, --help                display this help and exit\n"
 "  -V, --version             output version information and exit\n"
@@ -290,7 +346,7 @@ usage (void)
 "Environment: NBDSTACK_NBDKIT, the nbdkit to run (default: nbdkit from PATH).\n"
 "Our own settings, key=value, come from NBDSTACK_OPTIONS (blank-separated)\n"
 "over the config file NBDSTACK_CONFIG (default %s):\n",
-          progname, DEFAULT_CONFIG);
+          progname, progname, DEFAULT_CONFIG);
   /* clang-format on */
   settings_print_keys ();
 }
@@ -566,8 +622,8 @@ parse_cmdline (int argc, char *argv[], struct cmdline *c)
                      "nbdkit with --tls directly)");
           break;
         case OPT_TLSHOSTNAME:
-          refuse (c, "--tls-hostname: not supported: it is for -L, which "
-                     "is not supported either");
+          refuse (c, "--tls-hostname: not supported: TLS is not mapped (use "
+                     "nbdinfo --list with a TLS URI)");
           break;
         case OPT_TLSAUTHZ:
           refuse (c, "--tls-authz: not supported: TLS is not mapped (run "
@@ -584,8 +640,7 @@ parse_cmdline (int argc, char *argv[], struct cmdline *c)
           c->fork_process = true;
           break;
         case 'L':
-          refuse (c, "-L/--list: not supported: nbdstack-nbd is a server "
-                     "only (use nbdinfo --list)");
+          c->list = true;
           break;
         case OPT_PID_FILE:
           c->pid_file = optarg;
@@ -603,6 +658,19 @@ parse_cmdline (int argc, char *argv[], struct cmdline *c)
    */
   if (c->refusal)
     die ("%s", c->refusal);
+  if (c->list)
+    {
+      /* qemu-nbd's checks, in its order. */
+      if (argc != optind)
+        die ("List mode is incompatible with a file name");
+      if (c->export_name || c->description || c->offset || c->format
+          || c->snapshot || c->alloc_depth || c->seen_aio || c->seen_discard
+          || c->seen_cache)
+        die ("List mode is incompatible with per-device settings");
+      if (c->fork_process)
+        die ("List mode is incompatible with forking");
+      return;
+    }
   if (argc - optind != 1)
     {
       fprintf (stderr, "%s: Invalid number of arguments\n", progname);
@@ -717,209 +785,6 @@ print_argv (FILE *fp, char **argv)
   fputc ('\n', fp);
 }
 
-/* ---- running nbdkit
- *
- * nbdkit 1.32 sets a parent-death signal on itself (SIGTERM when its
- * parent exits), which qemu-nbd does not: a script that starts
- * "qemu-nbd ... &" and exits leaves the server running.  So nbdkit is
- * not exec'd in place but run as a child of this process, which stays
- * as its parent: it forwards termination signals to nbdkit, removes the
- * socket when nbdkit is gone (as qemu-nbd removes its own), and exits
- * with nbdkit's status.  The pid file is nbdkit's own.
- */
-
-static volatile pid_t server_pid;
-
-static void
-forward_signal (int sig)
-{
-  int saved = errno;
-
-  if (server_pid > 0)
-    kill (server_pid, sig);
-  errno = saved;
-}
-
-/* Start nbdkit (ARGV), write its pid to READY_FD if that is not -1,
- * wait for it, and return what this process should exit with.
- */
-static int
-supervise (char **argv, unsigned activation_fds, const char *sockpath,
-           int ready_fd)
-{
-  static const int forwarded[]
-      = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
-  struct sigaction sa = { .sa_handler = forward_signal };
-  sigset_t all, old;
-  int status;
-  pid_t pid;
-
-  /* No signal may be lost between fork and the handlers. */
-  sigfillset (&all);
-  sigprocmask (SIG_BLOCK, &all, &old);
-  fflush (NULL);
-  pid = fork ();
-  if (pid == -1)
-    die ("Failed to fork: %m");
-  if (pid == 0)
-    {
-      sigprocmask (SIG_SETMASK, &old, NULL);
-      /* nbdkit takes the sockets only if LISTEN_PID is its own pid. */
-      if (activation_fds)
-        {
-          char buf[32];
-
-          snprintf (buf, sizeof buf, "%ld", (long)getpid ());
-          setenv ("LISTEN_PID", buf, 1);
-        }
-      execvp (argv[0], argv);
-      fprintf (stderr, "%s: %s: %m\n", progname, argv[0]);
-      _exit (EXIT_FAILURE);
-    }
-  server_pid = pid;
-  for (unsigned i = 0; i < activation_fds; ++i)
-    close (3 + i);
-  sigemptyset (&sa.sa_mask);
-  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; ++i)
-    sigaction (forwarded[i], &sa, NULL);
-  sigprocmask (SIG_SETMASK, &old, NULL);
-
-  if (ready_fd >= 0)
-    {
-      char buf[32];
-      int n = snprintf (buf, sizeof buf, "%ld\n", (long)pid);
-
-      if (write (ready_fd, buf, n) != n)
-        kill (pid, SIGTERM);
-      close (ready_fd);
-    }
-
-  while (waitpid (pid, &status, 0) == -1)
-    if (errno != EINTR)
-      die ("waitpid: %m");
-  server_pid = 0;
-
-  if (sockpath)
-    {
-      struct stat st;
-
-      if (lstat (sockpath, &st) == 0 && S_ISSOCK (st.st_mode))
-        unlink (sockpath);
-    }
-  if (WIFSIGNALED (status))
-    {
-      /* Die the same way, so our parent sees what happened. */
-      signal (WTERMSIG (status), SIG_DFL);
-      raise (WTERMSIG (status));
-      return 128 + WTERMSIG (status);
-    }
-  return WEXITSTATUS (status);
-}
-
-/* The pid nbdkit wrote into PIDFILE, or 0.  nbdkit writes the file
- * once it is listening, so a pid that is the server's means ready.
- */
-static pid_t
-read_pidfile (const char *path)
-{
-  char buf[32];
-  ssize_t n;
-  int fd = open (path, O_RDONLY | O_CLOEXEC);
-  long v;
-  char *end;
-
-  if (fd == -1)
-    return 0;
-  n = read (fd, buf, sizeof buf - 1);
-  close (fd);
-  if (n <= 0)
-    return 0;
-  buf[n] = '\0';
-  errno = 0;
-  v = strtol (buf, &end, 10);
-  if (errno || end == buf || (*end != '\n' && *end != '\0') || v <= 0)
-    return 0;
-  return v;
-}
-
-/* --fork: the supervisor goes into the background, and this process
- * exits 0 once nbdkit has written its pid file (it is listening then),
- * or 1 if nbdkit exits first (it has said why on stderr).  Returns only
- * in the background process, with the descriptor to report nbdkit's pid
- * on.
- */
-static int
-daemonize (const char *pidfile, const char *private_dir)
-{
-  struct timespec tick = { 0, 10 * 1000 * 1000 };
-  char buf[32];
-  size_t len = 0;
-  int fds[2], status;
-  pid_t daemon_pid, server = 0;
-
-  if (pipe2 (fds, O_CLOEXEC) == -1)
-    die ("pipe: %m");
-  fflush (NULL);
-  daemon_pid = fork ();
-  if (daemon_pid == -1)
-    die ("Failed to fork: %m");
-  if (daemon_pid == 0)
-    {
-      int null = open ("/dev/null", O_RDWR);
-
-      /* Like qemu-nbd's daemon: a new session, stdin and stdout on
-       * /dev/null, stderr kept.
-       */
-      close (fds[0]);
-      setsid ();
-      if (null >= 0)
-        {
-          dup2 (null, STDIN_FILENO);
-          dup2 (null, STDOUT_FILENO);
-          if (null > STDERR_FILENO)
-            close (null);
-        }
-      return fds[1];
-    }
-
-  close (fds[1]);
-  for (;;)
-    {
-      ssize_t n = read (fds[0], buf + len, sizeof buf - 1 - len);
-
-      if (n == -1 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        break;
-      len += n;
-    }
-  close (fds[0]);
-  buf[len] = '\0';
-  server = strtol (buf, NULL, 10);
-
-  for (;;)
-    {
-      if (waitpid (daemon_pid, &status, WNOHANG) == daemon_pid)
-        break;
-      if (server > 0 && read_pidfile (pidfile) == server)
-        {
-          if (private_dir)
-            {
-              unlink (pidfile);
-              rmdir (private_dir);
-            }
-          exit (EXIT_SUCCESS);
-        }
-      nanosleep (&tick, NULL);
-    }
-  if (private_dir)
-    {
-      unlink (pidfile);
-      rmdir (private_dir);
-    }
-  exit (EXIT_FAILURE);
-}
-
 /* ---- what the command line and the image come to */
 
 /* Global rather than local, so that what is still allocated when the
@@ -938,7 +803,7 @@ static struct
   bool coalesce;
   bool have_range;
   uint64_t range_offset, range_size;
-  char *pidfile, *private_dir; /* --fork */
+  bool nbdkit_debug; /* the nbdkit-debug setting */
 } plan;
 
 /* The byte range: a raw node's offset/size, then -o on top of it (a
@@ -1023,7 +888,10 @@ add_server_options (void)
   add (&a, nbdkit_program ());
   add (&a, "-f"); /* qemu-nbd does not fork unless --fork */
   add (&a, "--log=stderr");
-  if (cmd.verbose)
+  /* qemu-nbd -v shows nothing more while it serves a socket: nbdkit's
+   * debug output (hundreds of lines per connection) is our own setting.
+   */
+  if (plan.nbdkit_debug)
     add (&a, "-v");
   if (plan.readonly)
     add (&a, "-r");
@@ -1037,28 +905,6 @@ add_server_options (void)
           addf (&a, "--port=%s", cmd.port ? cmd.port : "10809");
         }
     }
-  if (cmd.fork_process)
-    {
-      if (cmd.pid_file)
-        plan.pidfile = strdup (cmd.pid_file);
-      else
-        {
-          /* nbdkit's pid file is how the parent knows it is ready. */
-          const char *tmp = getenv ("TMPDIR");
-
-          if (asprintf (&plan.private_dir, "%s/nbdstack-nbd.XXXXXX",
-                        tmp && *tmp ? tmp : "/tmp")
-                  == -1
-              || mkdtemp (plan.private_dir) == NULL
-              || asprintf (&plan.pidfile, "%s/pid", plan.private_dir) == -1)
-            die ("cannot make a private directory: %m");
-        }
-      if (plan.pidfile == NULL)
-        die ("out of memory");
-      addf (&a, "--pidfile=%s", plan.pidfile);
-    }
-  else if (cmd.pid_file)
-    addf (&a, "--pidfile=%s", cmd.pid_file);
   if (cmd.selinux_label)
     addf (&a, "--selinux-label=%s", cmd.selinux_label);
   s = settings_get (&settings, "threads");
@@ -1079,10 +925,6 @@ add_our_filter (const char *name)
 static void
 add_filters (void)
 {
-  if (cmd.shared > 0)
-    add (&a, "--filter=limit");
-  if (!cmd.persistent)
-    add (&a, "--filter=exitlast");
   /* qemu-nbd offers multi-conn only when it serves several clients:
    * with one, a client that opens several connections (nbdcopy) must
    * not try.
@@ -1091,6 +933,10 @@ add_filters (void)
     add (&a, "--filter=multi-conn");
   add (&a, "--filter=exportname");
   add (&a, "--filter=blocksize-policy");
+  /* The client limit, the exit after the last client and the drain on
+   * SIGTERM (supervise.c), above every layer that holds written data.
+   */
+  add_our_filter ("lifecycle");
   if (!plan.readonly)
     {
       if (plan.coalesce)
@@ -1177,8 +1023,14 @@ add_parameters (void)
       add_settings (&a, &settings, DEST_PLUGIN);
     }
 
-  if (cmd.shared > 0)
-    addf (&a, "limit=%d", cmd.shared);
+  addf (&a, "lifecycle-limit=%d", cmd.shared);
+  add (&a, cmd.persistent ? "lifecycle-exit-last=false"
+                          : "lifecycle-exit-last=true");
+  if (cmd.sockpath && plan.activation_fds == 0 && !cmd.persistent)
+    addf (&a, "lifecycle-unlink=%s", cmd.sockpath);
+  addf (&a, "lifecycle-control=%d",
+        supervise_control_fd (plan.activation_fds));
+  add (&a, plan.readonly ? "lifecycle-flush=false" : "lifecycle-flush=true");
   if (cmd.shared == 1)
     {
       add (&a, "multi-conn-mode=disable");
@@ -1252,6 +1104,14 @@ main (int argc, char *argv[])
   char *err, *nv;
 
   parse_cmdline (argc, argv, &cmd);
+  if (cmd.list)
+    {
+      if (socket_activation_fds ())
+        die ("List mode is incompatible with socket activation");
+      if (cmd.selinux_label && cmd.sockpath == NULL)
+        die ("--selinux-label is not permitted without --socket");
+      exit (list_exports (progname, cmd.sockpath, cmd.bind, cmd.port));
+    }
 
   /* What qemu-nbd checks after parsing, in its order. */
   plan.activation_fds = socket_activation_fds ();
@@ -1317,6 +1177,11 @@ main (int argc, char *argv[])
           "backing chain as one disk and cannot tell which layer holds "
           "the data");
   plan_coalesce ();
+  s = settings_get (&settings, "nbdkit-debug");
+  if (s && strcmp (s, "on") == 0)
+    plan.nbdkit_debug = true;
+  else if (s && strcmp (s, "off") != 0)
+    die ("nbdkit-debug=%s: expected on or off", s);
 
   /* Our filters only load into the nbdkit they were built for: say so
    * in one line instead of nbdkit's dlopen error.
@@ -1326,7 +1191,7 @@ main (int argc, char *argv[])
     die ("cannot run %s --version (is nbdkit installed? NBDSTACK_NBDKIT "
          "names it)",
          nbdkit_program ());
-  if (!plan.readonly && strcmp (nv, NBDKIT_BUILD_VERSION) != 0)
+  if (strcmp (nv, NBDKIT_BUILD_VERSION) != 0)
     die ("nbdkit is %s but the nbdstack filters were built for %s: rebuild "
          "nbdstack",
          nv, NBDKIT_BUILD_VERSION);
@@ -1340,11 +1205,9 @@ main (int argc, char *argv[])
   if (s && *s && strcmp (s, "0") != 0)
     {
       print_argv (stdout, a.v);
-      if (plan.private_dir)
-        rmdir (plan.private_dir);
       exit (EXIT_SUCCESS);
     }
-  if (cmd.verbose)
+  if (plan.nbdkit_debug)
     {
       fprintf (stderr, "%s: running: ", progname);
       print_argv (stderr, a.v);
@@ -1362,7 +1225,19 @@ main (int argc, char *argv[])
     }
 
   if (cmd.fork_process)
-    ready_fd = daemonize (plan.pidfile, plan.private_dir);
-  return supervise (a.v, plan.activation_fds,
-                    plan.activation_fds == 0 ? cmd.sockpath : NULL, ready_fd);
+    ready_fd = supervise_daemonize ();
+  {
+    struct supervise_opts o = {
+      .argv = a.v,
+      .activation_fds = plan.activation_fds,
+      .sockpath = plan.activation_fds == 0 ? cmd.sockpath : NULL,
+      .pid_file = cmd.pid_file,
+      .ready_fd = ready_fd,
+      .keep_stderr = cmd.verbose,
+      .raw_stderr = plan.nbdkit_debug,
+      .progname = progname,
+    };
+
+    return supervise (&o);
+  }
 }

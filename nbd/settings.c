@@ -36,6 +36,7 @@ static const struct
   { "backing-max-depth", DEST_PLUGIN, "N" },
   { "l2-cache-size", DEST_PLUGIN, "SIZE" },
   { "threads", DEST_NBDKIT, "N: nbdkit -t" },
+  { "nbdkit-debug", DEST_SELF, "on|off: nbdkit -v, all of nbdkit's stderr" },
 };
 
 #define N_KNOWN (sizeof known / sizeof known[0])

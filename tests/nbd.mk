@@ -11,6 +11,14 @@ NBD_TESTS = \
 	test-nbd-probed-raw.sh \
 	test-nbd-unwritable.sh \
 	test-nbd-qcow2-range.sh \
-	test-nbd-allocation-depth.sh
+	test-nbd-allocation-depth.sh \
+	test-nbd-sigterm.sh \
+	test-nbd-sigkill.sh \
+	test-nbd-shared.sh \
+	test-nbd-verbose.sh \
+	test-nbd-fork-stderr.sh \
+	test-nbd-lastclient.sh \
+	test-nbd-list.sh \
+	test-nbd-buildtree.sh
 TESTS += $(NBD_TESTS)
-EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py
+EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py nbd-writer.py

@@ -17,7 +17,7 @@ mk install DESTDIR="$d" >"$T/install.log" 2>&1 ||
   { cat "$T/install.log" >&2; fail "make install failed"; }
 
 plugins=(image)
-filters=(zerodetect discard coalesce)
+filters=(zerodetect discard coalesce lifecycle)
 for p in "${plugins[@]}"; do
   [ -f "$plugindir/nbdkit-$p-plugin.so" ] || fail "no $plugindir/nbdkit-$p-plugin.so"
 done

@@ -105,7 +105,6 @@ done <<EOF
 --tls-creds|-b 127.0.0.1 --tls-creds tls0 "$img"
 --tls-authz|-b 127.0.0.1 --tls-authz a0 "$img"
 --tls-hostname|-b 127.0.0.1 --tls-hostname h "$img"
--L/--list|-L -k "$sock"
 -c/--connect|-c /dev/nbd-nbdstack-missing "$img"
 -d/--disconnect|-d /dev/nbd-nbdstack-missing
 driver 'vmdk' is not supported|-k "$sock" -f vmdk "$img"
@@ -125,8 +124,11 @@ raw_json="json:{\"driver\": \"raw\", \"file\": {\"driver\": \"file\", \"filename
 out=$(dry --export-name= --persistent --shared=8 --socket="$sock" --cache=none \
           --aio=native --discard=unmap --detect-zeroes=unmap --allocation-depth "$raw_json")
 has "$out" "--unix=$sock"
-has "$out" "--filter=limit"
-has "$out" "limit=8"
+has "$out" "--filter=[^ ]*/nbdkit-lifecycle-filter.so"
+has "$out" "lifecycle-limit=8"
+has "$out" "lifecycle-exit-last=false"
+hasnt "$out" "lifecycle-unlink=.*"
+hasnt "$out" "--filter=limit"
 hasnt "$out" "--filter=exitlast"
 hasnt "$out" "--filter=multi-conn"
 has "$out" "$plugin"
@@ -160,14 +162,16 @@ done
 has "$ref" "-r"
 has "$ref" "readonly=true"
 has "$ref" "exportname=name"
-has "$ref" "limit=8"
+has "$ref" "lifecycle-limit=8"
+has "$ref" "lifecycle-flush=false"
 
 # Defaults: TCP on 0.0.0.0:10809, one client, exit after the last one.
 out=$(dry -f raw "$img")
 has "$out" "--ipaddr=0.0.0.0"
 has "$out" "--port=10809"
-has "$out" "--filter=exitlast"
-has "$out" "limit=1"
+has "$out" "lifecycle-exit-last=true"
+has "$out" "lifecycle-limit=1"
+has "$out" "lifecycle-flush=true"
 has "$out" "multi-conn-mode=disable"
 has "$out" "discard=ignore"
 has "$out" "discard-zero-trim=never"
@@ -176,7 +180,7 @@ grep -q 'probing guessed raw' "$T/dry.err" && fail "-f raw: no probe warning exp
 out=$(dry -b 127.0.0.1 -p 12345 -e 0 "$img")
 has "$out" "--ipaddr=127.0.0.1"
 has "$out" "--port=12345"
-hasnt "$out" "--filter=limit"
+has "$out" "lifecycle-limit=0"
 grep -q 'probing guessed raw' "$T/dry.err" || fail "no -f: the probe warning is missing"
 
 # Cache modes.

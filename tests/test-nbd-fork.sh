@@ -2,7 +2,8 @@
 # nbdstack-nbd: --fork, --pid-file and socket activation, each run the
 # same way with the real qemu-nbd.
 #  - --fork --pid-file returns 0 once the server is ready: at that
-#    moment the pid file names a live server (nbdkit, for us) and the
+#    moment the pid file names a live server (nbdstack-nbd, the
+#    supervisor of nbdkit, for us) and the
 #    socket accepts; SIGTERM to that pid ends it and its socket goes.
 #  - --fork with an image that cannot be served exits 1, leaving no
 #    server and no pid file; --fork without --pid-file leaves nothing
@@ -35,7 +36,9 @@ for k in qemu ours; do
   comm=$(cat "/proc/$pid/comm")
   case $k in
     qemu) [ "$comm" = qemu-nbd ] || fail "qemu --fork: pid file names $comm" ;;
-    ours) [ "$comm" = nbdkit ] || fail "ours --fork: pid file names $comm, not nbdkit" ;;
+    # The supervisor, which handles SIGTERM as qemu-nbd does and takes
+    # nbdkit with it when killed.
+    ours) [ "$comm" = nbdstack-nbd ] || fail "ours --fork: pid file names $comm, not nbdstack-nbd" ;;
   esac
   [ "$(nbdinfo --size "nbd+unix:///?socket=$s")" = $((16 * 1024 * 1024)) ] ||
     fail "$k --fork: the socket did not serve the image"
