@@ -14,10 +14,13 @@
 #              directory gets a `qemu-nbd` that execs $BUILD/nbd/nbdstack-nbd
 #              with NBDSTACK_BUILDDIR=$BUILD; imageio runs $QEMU_NBD, which is
 #              set to the shim, and the shim is also first in PATH.
+# KEEP_TMP=1   keep pytest's temporary directories (/var/tmp/iot.XXXXXX/N
+#              for the Nth test file); removed at exit otherwise.
 # OUT          results (default /var/tmp/imageio-tests-results/LABEL): per
 #              test file FILE.xml (junit) and FILE.log (pytest -v output,
 #              with imageio's debug log of failures), summary.txt,
-#              failures.txt (one failing test id a line), leftovers.txt.
+#              failures.txt (one failing test a line, with its message),
+#              leftovers.txt.
 # LABEL        names the run (default: QEMU_NBD, or nbdstack-nbd-BUILDNAME).
 # IMAGEIO_STORAGE  loop (default: real loop devices, ext2/ext4/xfs mounts,
 #              512 and 4096-byte sectors, as imageio's storage.py asks) or
@@ -63,8 +66,10 @@ esac
 OUT=${OUT:-/var/tmp/imageio-tests-results/$LABEL}
 rm -rf "$OUT"
 mkdir -p "$OUT"
-tmp=$OUT/tmp
-mkdir -p "$tmp"
+# pytest's temporary directories hold unix sockets: keep their paths as
+# short as imageio's own (/var/tmp/imageio-tests/...), as sun_path has
+# 108 bytes and some tests fail with "AF_UNIX path too long" otherwise.
+tmp=$(mktemp -d /var/tmp/iot.XXXXXX) || exit 1
 
 if [ "$QEMU_NBD" = nbdstack-nbd ]; then
     mkdir -p "$OUT/shim"
@@ -96,8 +101,11 @@ if ! ls ovirt_imageio/_internal/ioutil*.so >/dev/null 2>&1; then
 fi
 
 export PYTHONPATH=$here/imageio-tests${PYTHONPATH:+:$PYTHONPATH}
-cleanup_storage () { python3 -m userstorage delete storage.py > "$OUT/storage-delete.log" 2>&1; }
-trap cleanup_storage EXIT
+cleanup () {
+    python3 -m userstorage delete storage.py > "$OUT/storage-delete.log" 2>&1
+    [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 python3 -m userstorage delete storage.py > /dev/null 2>&1
 python3 -m userstorage create storage.py > "$OUT/storage-create.log" 2>&1 || {
@@ -112,9 +120,10 @@ python3 -m userstorage create storage.py > "$OUT/storage-create.log" 2>&1 || {
 cat "$OUT/header.txt"
 
 : > "$OUT/leftovers.txt"
+i=0
 for f in "${files[@]}"; do
     name=${f#test/}; name=${name%.py}; name=${name//\//-}
-    base=$tmp/$name
+    base=$tmp/$((i++))
     echo "running $f ..."
     # imageio's tox.ini gives each test 30 s; with the signal method a test
     # that times out fails alone instead of ending the whole file.
@@ -149,13 +158,15 @@ for f in files:
     for tc in root.iter("testcase"):
         tid = "%s::%s" % (tc.get("classname"), tc.get("name"))
         kinds = [ch.tag for ch in tc]
+        why = [" ".join((ch.get("message") or "").split())[:200]
+               for ch in tc if ch.tag in ("failure", "error")]
         c[0] += 1
         if "failure" in kinds:
             c[2] += 1
-            fails.append("FAILED " + tid)
+            fails.append("FAILED %s | %s" % (tid, why[0]))
         elif "error" in kinds:
             c[3] += 1
-            fails.append("ERROR " + tid)
+            fails.append("ERROR %s | %s" % (tid, why[0]))
         elif "skipped" in kinds:
             sk = tc.find("skipped")
             if "xfail" in (sk.get("type") or "") + (sk.get("message") or ""):
