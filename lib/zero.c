@@ -49,11 +49,28 @@ enum mode
 
 #define FALLBACK 2 /* the cluster needs zeroes written */
 
-/* Would unallocated guest bytes at 'goff' read as zeroes? */
+/* Does the header name a backing file that is not open (the layer is
+ * served alone, as imageio's "backing": null)?  Then nothing here knows
+ * what unallocated bytes read as through the chain a later reader will
+ * open, so zeroes must be recorded (zero flags, written zeroes), never
+ * left as "unallocated reads zero": that would show the backing file's
+ * data through the chain where the client wrote zeroes.
+ */
+static bool
+backing_unknown (const struct qcow2_image *img)
+{
+  return img->backing_ops == NULL && img->backing_file != NULL;
+}
+
+/* Would unallocated guest bytes at 'goff' read as zeroes, through the
+ * whole chain?
+ */
 static bool
 unallocated_reads_zero (const struct qcow2_image *img, uint64_t goff)
 {
-  return img->backing_ops == NULL || goff >= img->backing_size;
+  if (img->backing_ops == NULL)
+    return !backing_unknown (img);
+  return goff >= img->backing_size;
 }
 
 /* Does [off, off+n) (inside one cluster) read as zeroes already?
@@ -433,12 +450,16 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
       if (reads_zero (img, buf, part[i].lo, part[i].hi - part[i].lo, &zero, err)
           == -1)
         goto fail;
-      part[i].needed = !zero;
+      /* Zeroes read through this layer alone prove nothing about the
+       * chain when its backing file is not open.
+       */
+      part[i].needed = !zero || backing_unknown (img);
       if (fast && !zero)
         goto notsup;
     }
-  if (fast && img->version < 3 && img->backing_ops && a < b
-      && a < img->backing_size)
+  if (fast && img->version < 3 && a < b
+      && (backing_unknown (img)
+          || (img->backing_ops && a < img->backing_size)))
     goto notsup;
 
   /* The partial pieces first: a write makes a whole extended L2
