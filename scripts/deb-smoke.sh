@@ -53,6 +53,12 @@ if [ ${#debs[@]} -eq 0 ]; then
   run=()
   if [ -n "${DEB_SMOKE_USER:-}" ]; then
     id "$DEB_SMOKE_USER" >/dev/null 2>&1 || useradd -m "$DEB_SMOKE_USER"
+    # fresh-debian.sh's chroot is a private (0700) directory: a user could
+    # not even reach /usr/bin in it.
+    if [ $(($(stat -c %#a /) & 1)) -eq 0 ]; then
+      say "chmod o+x / (the chroot's root is not searchable by users)"
+      chmod o+x /
+    fi
     chown -R "$DEB_SMOKE_USER:" "$work"
     run=(runuser -u "$DEB_SMOKE_USER" -- env HOME="$(getent passwd "$DEB_SMOKE_USER" | cut -d: -f6)")
   fi
