@@ -3,7 +3,8 @@
 # filterdir as .so files only (no libtool .la, as nbdkit's own packages),
 # nbdstack-nbd into bindir and the man pages into man1dir; make
 # uninstall removes every file again.  Into a scratch DESTDIR.
-# Then a second, scratch build configured with --prefix=DIR: make install
+# Then scratch builds: configured without --prefix, the plugin and filter
+# dirs are nbdkit's; configured with --prefix=DIR, make install
 # (no DESTDIR, no root) keeps every file inside DIR, and nbdkit and
 # nbdstack-nbd serve with what it installed there.
 # SPDX-License-Identifier: BSD-3-Clause
@@ -49,14 +50,27 @@ left=$(find "$d" ! -type d)
 [ -z "$left" ] || fail "left after make uninstall: $left"
 echo "ok: install puts .so, nbdstack-nbd and man pages, no .la; uninstall removes all"
 
+# ---- configure without --prefix: nbdkit's own directories, so that
+# `nbdkit image` finds the plugin after a (root) make install.
+b=$T/dbuild
+mkdir "$b"
+(cd "$b" && "$abs_top_srcdir/configure") >"$T/dconf.log" 2>&1 ||
+  { tail -30 "$T/dconf.log" >&2; fail "configure (no --prefix) failed"; }
+# A directory as make expands it in the scratch build $b.
+makevar () { printf 'show:\n\t@echo $(%s)\n' "$1" | mk_in "$b" -f Makefile -f - show; }
+for kind in plugin filter; do
+  want=$(pkg-config --variable=${kind}dir nbdkit)
+  got=$(makevar ${kind}dir)
+  [ "$got" = "$want" ] || fail "configure without --prefix: ${kind}dir is $got, not nbdkit's $want"
+done
+echo "ok: without --prefix, plugindir and filterdir are nbdkit's"
+
 # ---- configure --prefix=DIR: everything goes under DIR.
 prefix=$T/prefix
 b=$T/pbuild
 mkdir "$b"
 (cd "$b" && "$abs_top_srcdir/configure" --prefix="$prefix") >"$T/pconf.log" 2>&1 ||
   { tail -30 "$T/pconf.log" >&2; fail "configure --prefix=$prefix failed"; }
-# A directory as make expands it in the scratch build.
-makevar () { printf 'show:\n\t@echo $(%s)\n' "$1" | mk_in "$b" -f Makefile -f - show; }
 # Checked before installing anything, so that a wrong default is reported
 # instead of written into the system's directories.
 for v in plugindir filterdir bindir mandir; do
