@@ -86,9 +86,14 @@ if [ ${#debs[@]} -eq 0 ]; then
   # Back to the base system before installing.
   installed >"$work/build.list"
   comm -13 "$work/base.list" "$work/build.list" >"$work/added.list"
+  # Marked automatic and autoremoved, not purged by name: on Debian 13
+  # purging the list by name would take an essential package with it;
+  # autoremove keeps whatever the base system still needs.
   if [ -s "$work/added.list" ]; then
-    xargs apt-get purge -y -qq <"$work/added.list" >"$work/purge-build-deps.log" 2>&1 ||
-      { tail -20 "$work/purge-build-deps.log"; die "cannot purge the build dependencies"; }
+    { xargs apt-mark auto <"$work/added.list" &&
+      apt-get autoremove --purge -y -qq; } >"$work/purge-build-deps.log" 2>&1 ||
+      { tail -20 "$work/purge-build-deps.log"; die "cannot remove the build dependencies"; }
+    say "build dependencies removed: $(installed | comm -13 "$work/base.list" - | wc -l) packages left beyond the base system"
   fi
 fi
 
