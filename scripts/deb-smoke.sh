@@ -91,7 +91,8 @@ if [ ${#debs[@]} -eq 0 ]; then
   # autoremove keeps whatever the base system still needs.
   if [ -s "$work/added.list" ]; then
     { xargs apt-mark auto <"$work/added.list" &&
-      apt-get autoremove --purge -y -qq; } >"$work/purge-build-deps.log" 2>&1 ||
+      apt-get autoremove --purge -y -qq -o APT::AutoRemove::RecommendsImportant=false \
+        -o APT::AutoRemove::SuggestsImportant=false; } >"$work/purge-build-deps.log" 2>&1 ||
       { tail -20 "$work/purge-build-deps.log"; die "cannot remove the build dependencies"; }
     say "build dependencies removed: $(installed | comm -13 "$work/base.list" - | wc -l) packages left beyond the base system"
   fi
