@@ -147,6 +147,8 @@ static int (*real_open) (const char *, int, ...);
 static int (*real_open64) (const char *, int, ...);
 static int (*real_openat) (int, const char *, int, ...);
 static int (*real_openat64) (int, const char *, int, ...);
+static int (*real___open_2) (const char *, int);
+static int (*real___open64_2) (const char *, int);
 static int (*real_close) (int);
 
 static void
@@ -258,6 +260,8 @@ resolve (void)
   real_open64 = next_symbol ("open64");
   real_openat = next_symbol ("openat");
   real_openat64 = next_symbol ("openat64");
+  real___open_2 = next_symbol ("__open_2");
+  real___open64_2 = next_symbol ("__open64_2");
   real_close = next_symbol ("close");
 }
 
@@ -608,6 +612,23 @@ openat64 (int dirfd, const char *path, int flags, ...)
   RESOLVE ();
   GET_MODE (flags, mode);
   return track (real_openat64 (dirfd, path, flags, mode), path, flags);
+}
+
+/* With _FORTIFY_SOURCE (Debian's package builds), open without a mode
+ * argument compiles to a call of __open_2 or __open64_2 instead.
+ */
+int
+__open_2 (const char *path, int flags)
+{
+  RESOLVE ();
+  return track (real___open_2 (path, flags), path, flags);
+}
+
+int
+__open64_2 (const char *path, int flags)
+{
+  RESOLVE ();
+  return track (real___open64_2 (path, flags), path, flags);
 }
 
 int

@@ -9,7 +9,7 @@ require nbdsh
 require losetup
 [ -x "$RANDOPS" ] || fail "$RANDOPS not built"
 RMW="$abs_builddir/test-image-rmw"
-[ "$(id -u)" -eq 0 ] || fail "needs root for losetup (CI runs as root)"
+require_loop_devices
 
 img=$T/backing.img
 size=$((32 * 1024 * 1024))

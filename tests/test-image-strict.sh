@@ -15,7 +15,7 @@ require nbdinfo
 require losetup
 require_filter_version
 [ -x "$RANDOPS" ] || fail "$RANDOPS not built"
-[ "$(id -u)" -eq 0 ] || fail "needs root for losetup (CI runs as root)"
+require_loop_devices
 ZD=$(filter_so zerodetect)
 DF=$(filter_so discard)
 CO=$(filter_so coalesce)

@@ -22,6 +22,7 @@
 . ./functions.sh
 require qemu-img
 require_filter_version
+require_root "mount -t tmpfs (ENOSPC and read-only cases)"
 cd "$T"
 mounts=()
 on_exit 'for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null; done'
