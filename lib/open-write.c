@@ -98,6 +98,9 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
   if (qcow2_rc_highest_used (img, &highest, err) == -1)
     return -1;
   img->host_end = (img->file_size + cs - 1) & ~(cs - 1);
+  /* A device's size says nothing about what is in use. */
+  if (img->io->fixed_size)
+    img->host_end = 0;
   if ((highest + 1) * cs > img->host_end)
     img->host_end = (highest + 1) * cs;
 

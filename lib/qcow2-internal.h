@@ -248,6 +248,9 @@ struct qcow2_image
   pthread_mutex_t epoch_lock;
   struct qcow2_req *req_head, *req_tail;
   uint64_t epoch, deferred_first_epoch;
+  /* Broadcast when a request ends (qcow2_reclaim waits on it). */
+  pthread_cond_t barrier_moved;
+  unsigned barrier_waiters;
   /* Frees held back by the barrier, in epoch order; under 'lock'. */
   struct qcow2_deferred *deferred;
   size_t ndeferred, deferred_cap;
@@ -273,6 +276,20 @@ struct qcow2_image
   uint64_t meta_cursor, bump;             /* cluster indexes */
   uint64_t *freed;                        /* reusable cluster indexes */
   size_t nfreed, freed_cap;
+  /* Compact: the bump pointer stays below soft_end (a fully allocated
+   * image's size, or what was in use at the open) while frees wait;
+   * 'scan' is where the one look below it continues, 'scanned' once it
+   * found nothing.  alloc_strict (set by the writer around an
+   * allocation, under the lock): ENOSPC rather than going past soft_end
+   * while frees wait, so that the writer reclaims them first.
+   */
+  uint64_t soft_end, scan;
+  bool scanned, alloc_strict;
+  /* Linear homes dropped by their guest cluster and maybe taken back
+   * before the drop was applied (alloc.c).
+   */
+  struct qcow2_home *homes;
+  size_t nhomes, homes_cap;
   /* Clusters whose reference the next commit removes: decremented
    * only once that removal is durable.
    */
@@ -436,6 +453,16 @@ extern int qcow2_alloc_cluster (struct qcow2_image *img, bool metadata,
                                 struct qcow2_error *err);
 /* A cluster whose refcount dropped to 0 after a commit: reusable. */
 extern int qcow2_alloc_reuse (struct qcow2_image *img, uint64_t cluster);
+/* L2 entry 'e' of guest cluster 'guest' (UINT64_MAX: not a data entry)
+ * is dropped after the next commit: if it is that cluster's linear
+ * home, the guest cluster may take it back before the drop is applied.
+ */
+extern void qcow2_alloc_note_drop (struct qcow2_image *img, uint64_t e,
+                                   uint64_t guest);
+/* A dropped reference to 'cluster' is applied: true if it is to be
+ * skipped (its home was taken back meanwhile).
+ */
+extern bool qcow2_alloc_skip_drop (struct qcow2_image *img, uint64_t cluster);
 
 /* ---- committing (commit.c) ---- */
 /* Drop a reference to 'cluster' once the next commit is durable. */
@@ -455,6 +482,14 @@ extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
 extern int qcow2_apply_deferred (struct qcow2_image *img,
                                  struct qcow2_error *err);
 extern void qcow2_commit_free (struct qcow2_image *img);
+/* WITHOUT the lock, in registered request 'req' that holds no entry it
+ * looked up before (between runs of a write): commit, let the reuse
+ * barrier pass this request, wait for the requests older than the
+ * commit and apply the frees they held back, so that an allocation
+ * that found no space can find the clusters freed meanwhile.
+ */
+extern int qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
+                          struct qcow2_error *err);
 
 /* scratch.c */
 extern unsigned char *qcow2_scratch_get (struct qcow2_image *img,
@@ -479,18 +514,20 @@ extern int qcow2_check_change (struct qcow2_image *img, uint64_t count,
  */
 extern int qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
                                    struct l2_ref *ref, struct qcow2_error *err);
-/* WITHOUT the lock, in a registered request that claimed the range:
+/* WITHOUT the lock, in registered request 'req' that claimed the range:
  * write [off, off+count) from data.  0 or -1 (committing itself when
- * the cache is full of dirty tables).
+ * the cache is full of dirty tables, and reclaiming frees before
+ * ENOSPC; ENOSPC leaves the image usable).
  */
-extern int qcow2_write_claimed (struct qcow2_image *img, const char *data,
+extern int qcow2_write_claimed (struct qcow2_image *img,
+                                struct qcow2_req *req, const char *data,
                                 uint64_t off, uint64_t count,
                                 struct qcow2_error *err);
-/* Drop, after the next commit, the host references of L2 entry 'e'
- * (of a COPIED cluster too if 'copied').
+/* Drop, after the next commit, the host references of L2 entry 'e' of
+ * guest cluster 'guest' (of a COPIED cluster too if 'copied').
  */
 extern int qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
-                             struct qcow2_error *err);
+                             uint64_t guest, struct qcow2_error *err);
 
 /* Table entry bits. */
 #define L1E_OFFSET_MASK 0x00fffffffffffe00ULL
