@@ -54,8 +54,12 @@ clean ()
   [ $rc -eq 0 ] || fail "$1: qemu-img check exit $rc: $(head -20 check.out)"
 }
 
+# PARTS: which parts to run (all by default; to check one on old code).
+PARTS=${PARTS:-tight full roomy}
+
 # tight, in four modes.
 for mode in trim zero-trim trim-flush zero-keep; do
+  [[ " $PARTS " == *" tight "* ]] || break
   device "$FULL"
   start_nbdkit tight "$IMAGE_PLUGIN" file="$loopdev"
   MODE=$mode nbdsh -u "$(uri tight)" -c '
@@ -70,7 +74,7 @@ for off in range(0, size, 4 * M):
     h.pwrite(d, off)
     model[off:off + 4 * M] = d
 h.flush()
-for i in range(100):
+for i in range(40):
     off = r.randrange(0, size // M - 4) * M
     if mode.startswith("trim"):
         h.trim(4 * M, off)
@@ -99,6 +103,7 @@ for off in range(0, size, 4 * M):
 done
 
 # full: room for about half of the disk.
+if [[ " $PARTS " == *" full "* ]]; then
 device $((FULL / 2))
 start_nbdkit full "$IMAGE_PLUGIN" file="$loopdev"
 nbdsh -u "$(uri full)" -c '
@@ -142,8 +147,10 @@ for off, d in written.items():
 ' || fail "full: see above"
 stop_nbdkit full
 clean "full"
+fi
 
 # roomy: 1.5 times the fully allocated size.
+if [[ " $PARTS " == *" roomy "* ]]; then
 device $((FULL * 3 / 2))
 start_nbdkit roomy "$IMAGE_PLUGIN" file="$loopdev"
 nbdsh -u "$(uri roomy)" -c '
@@ -174,4 +181,5 @@ h.flush()
 done
 stop_nbdkit roomy
 clean "roomy"
+fi
 echo "OK: tight, full and roomy within $FULL bytes"
