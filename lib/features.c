@@ -137,7 +137,10 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
                                    dir_size, 1, MAX_BITMAP_DIRECTORY_BYTES, err)
                 == -1)
               return -1;
-            /* Bitmaps do not change what the disk reads: nothing more. */
+            /* Bitmaps do not change what the disk reads: nothing more
+             * (but repair=leaks would have to walk their tables).
+             */
+            img->has_bitmaps = true;
             break;
           }
         case EXT_DATA_FILE:

@@ -92,6 +92,16 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
     return -1;
   img->writable = true;
 
+  if (opts->repair_leaks)
+    {
+      uint64_t leaked;
+
+      if (qcow2_repair_leaks (img, &leaked, err) == -1)
+        return -1;
+      if (opts->leaks_repaired)
+        *opts->leaks_repaired = leaked;
+    }
+
   /* Allocation starts past both the file and the last cluster in use
    * (a cluster may be counted but not yet written past the end).
    */

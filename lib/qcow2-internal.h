@@ -211,6 +211,7 @@ struct qcow2_image
   uint64_t reftable_offset, reftable_bytes;
   uint64_t snapshots_offset, snapshots_bytes;
   uint32_t nb_snapshots;
+  bool has_bitmaps; /* a bitmaps extension (its tables hold clusters) */
 
   char *backing_file;
   char *backing_format;
@@ -385,6 +386,13 @@ extern int qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e,
  * 0 left as it was, -1 error.
  */
 extern int qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
+                               struct qcow2_error *err);
+/* repair.c: at a writable open (refcounts loaded),
+ * lower every count above the references on disk to them; 'leaked'
+ * says how many clusters were referenced by nothing.  Refuses images
+ * with snapshots or bitmaps, and counts below the references.
+ */
+extern int qcow2_repair_leaks (struct qcow2_image *img, uint64_t *leaked,
                                struct qcow2_error *err);
 extern int qcow2_open_writable (struct qcow2_image *img,
                                 const struct qcow2_open_options *opts,

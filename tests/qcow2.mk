@@ -18,7 +18,8 @@ QCOW2_TESTS = \
 	test-qcow2-tsan.sh \
 	test-qcow2-enospc.sh \
 	test-qcow2-layout-trim.sh \
-	test-qcow2-huge.sh
+	test-qcow2-huge.sh \
+	test-qcow2-repair-leaks.sh
 TESTS += $(QCOW2_TESTS)
 EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py test-qcow2-patch.py \
 	test-qcow2-functions.sh
