@@ -429,19 +429,15 @@ extern unsigned qcow2_rc_dirty_blocks (const struct qcow2_image *img);
 extern int qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
                                   struct qcow2_error *err);
 /* Entry 'i' of a refcount block of width 2^order bits. */
-/* Making room ahead for the linear layout (adopt.c).  Clusters one
- * refcount block covers; grow the table (as qemu does) so that it can
- * point at blocks for clusters [0, end_cluster); whether the block for
- * table index idx exists; make it at the first cluster it covers (which
- * it describes); install empty blocks for table indexes idx[] at
- * clusters at[] (already claimed), each durable before its entry.
+/* The linear layout (adopt.c, and blocks kept off the homes).  Clusters
+ * one refcount block covers; grow the table (as qemu does) so that it
+ * can point at blocks for clusters [0, end_cluster); install empty
+ * blocks for table indexes idx[] at clusters at[] (already claimed),
+ * each durable before its entry.
  */
 extern uint64_t qcow2_rc_block_clusters (const struct qcow2_image *img);
 extern int qcow2_rc_cover (struct qcow2_image *img, uint64_t end_cluster,
                            struct qcow2_error *err);
-extern bool qcow2_rc_has_block (const struct qcow2_image *img, uint64_t idx);
-extern int qcow2_rc_make_block (struct qcow2_image *img, uint64_t idx,
-                                struct qcow2_error *err);
 extern int qcow2_rc_install_blocks (struct qcow2_image *img,
                                     const uint64_t *idx, const uint64_t *at,
                                     size_t n, struct qcow2_error *err);

@@ -699,7 +699,7 @@ qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
   return 0;
 }
 
-/* ---- Making room ahead (adopt.c) ---- */
+/* ---- The linear layout (adopt.c, ensure_block) ---- */
 
 uint64_t
 qcow2_rc_block_clusters (const struct qcow2_image *img)
@@ -717,19 +717,6 @@ qcow2_rc_cover (struct qcow2_image *img, uint64_t end_cluster,
   if (need < img->rc->entries)
     return 0;
   return grow_table (img, need, err);
-}
-
-bool
-qcow2_rc_has_block (const struct qcow2_image *img, uint64_t idx)
-{
-  return idx < img->rc->entries && img->rc->table[idx] != 0;
-}
-
-int
-qcow2_rc_make_block (struct qcow2_image *img, uint64_t idx,
-                     struct qcow2_error *err)
-{
-  return ensure_block (img, idx, err);
 }
 
 int
