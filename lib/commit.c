@@ -488,6 +488,9 @@ qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
       img->req_tail = req;
     }
   req->epoch = target;
+  /* Moving this request may be what another waiter waits for. */
+  if (img->barrier_waiters > 0)
+    pthread_cond_broadcast (&img->barrier_moved);
   /* Wait for the requests that started before the commit.  No
    * deadlock: the oldest of the waiters re-registered after its own
    * commit, so nothing waits for it, and requests that do not wait
@@ -503,6 +506,13 @@ qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
   r = img_failed (img) ? 0 : qcow2_apply_deferred (img, err);
   if (r == -1)
     img_set_failed (img);
+  /* Nothing came free (the frees only lowered counts: snapshots,
+   * compressed clusters): more really is in use than a fully allocated
+   * image holds.  Let the bump pointer go on for a while before the
+   * next reclaim, so that not every allocation costs a commit.
+   */
+  if (r == 0 && img->nfreed == 0 && img->bump >= img->soft_end)
+    img->soft_end = img->bump + 64 + img->soft_end / 64;
   pthread_rwlock_unlock (&img->lock);
   return r;
 }
