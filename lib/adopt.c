@@ -8,17 +8,18 @@
  * out the images it makes for the linear allocation; this does the same
  * for an existing image on a regular file, once, at its first writable
  * open: the data area (guest cluster g at host cluster D + g) starts past
- * everything in use plus room for every L2 table the disk can need,
- * aligned to 2 MiB, and every refcount block for [0, D + span) is made
- * now, below D (a block made later would land at the first cluster it
- * covers: some guest cluster's home).  Last, our header extension
+ * everything in use plus room for every L2 table the disk can need and
+ * every refcount block for [0, D + span), aligned to 2 MiB; the table
+ * grows now if it cannot point at all those blocks, but the blocks are
+ * made on first use (refcount.c keeps them off the homes), so the open
+ * costs the same at any virtual size.  Last, our header extension
  * records D and the span, so later opens (ours) find the layout again;
  * qemu keeps extensions it does not know, and allocates from the free
  * clusters as it likes (a home it takes sends that guest cluster past the
  * span, as in any linear image qemu wrote to).
  *
- * Nothing here can corrupt the image if it stops half way: blocks and
- * their counts are durable before the table points at them, and the
+ * Nothing here can corrupt the image if it stops half way: a grown
+ * table is durable before the header points at it, and the
  * extension is written in two steps, its body after the end marker
  * first, then the type and length over the marker (8 bytes in one
  * sector), each followed by a flush.
@@ -110,8 +111,7 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
 {
   const uint64_t cs = img->cluster_size;
   const uint64_t span = DIV_ROUND_UP (img->size, cs);
-  uint64_t per_block, blocks = 0, d, n, i, cursor, *idx = NULL, *at = NULL;
-  size_t nnew = 0;
+  uint64_t per_block, blocks = 0, d, n;
   unsigned char ext[EXT_BYTES];
   int r;
 
@@ -138,58 +138,14 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
       /* A table past our limit (huge disks with tiny clusters and wide
        * refcounts): no layout, the image stays compact.
        */
+      /* Host offsets in L2 entries have 56 bits. */
+      if (d + span > (1ULL << 56) >> img->cluster_bits)
+        return 0;
       if (qcow2_rc_cover (img, d + span, err) == -1)
         return err->errnum == EFBIG ? 0 : -1;
       if (data_start (img, blocks) == d)
         break;
     }
-
-  /* Blocks for clusters below D describe themselves (they cannot land on
-   * a home); the others go in the room below D.
-   */
-  idx = calloc (n, sizeof *idx);
-  at = calloc (n, sizeof *at);
-  if (idx == NULL || at == NULL)
-    {
-      qcow2_set_error (err, ENOMEM, "out of memory");
-      goto fail;
-    }
-  cursor = img->host_end / cs;
-  for (i = 0; i < n; ++i)
-    {
-      if (qcow2_rc_has_block (img, i))
-        continue;
-      if (i * per_block < d)
-        {
-          if (qcow2_rc_make_block (img, i, err) == -1)
-            goto fail;
-          continue;
-        }
-      for (;;)
-        {
-          if (cursor >= d)
-            {
-              qcow2_set_error (err, EIO,
-                               "no room below %#" PRIx64
-                               " for the refcount blocks of the layout",
-                               d * cs);
-              goto fail;
-            }
-          r = qcow2_rc_claim (img, cursor, err);
-          if (r == -1)
-            goto fail;
-          if (r == 1)
-            break;
-          cursor++;
-        }
-      idx[nnew] = i;
-      at[nnew++] = cursor++;
-    }
-  if (nnew > 0 && qcow2_rc_install_blocks (img, idx, at, nnew, err) == -1)
-    goto fail;
-  free (idx);
-  free (at);
-  idx = at = NULL;
 
   /* The extension: body and a new end marker after the old marker, then
    * type and length over it.
@@ -212,9 +168,4 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
   img->linear_start = d;
   img->linear_clusters = span;
   return 1;
-
-fail:
-  free (idx);
-  free (at);
-  return -1;
 }

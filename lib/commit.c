@@ -279,6 +279,8 @@ qcow2_req_end (struct qcow2_image *img, struct qcow2_req *req)
   else
     img->req_tail = req->prev;
   ready = img->deferred_first_epoch <= barrier_epoch (img);
+  if (img->barrier_waiters > 0)
+    pthread_cond_broadcast (&img->barrier_moved);
   pthread_mutex_unlock (&img->epoch_lock);
   if (ready)
     {
@@ -347,6 +349,9 @@ qcow2_apply_deferred (struct qcow2_image *img, struct qcow2_error *err)
     {
       uint64_t cl = img->deferred[i].cluster, v;
 
+      /* Its linear home was taken back by its guest cluster. */
+      if (qcow2_alloc_skip_drop (img, cl))
+        continue;
       if (qcow2_rc_update (img, cl, -1, err) == -1
           || qcow2_rc_get (img, cl, &v, err) == -1)
         return -1;
@@ -457,6 +462,63 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
       r = -1;
     }
   pthread_mutex_unlock (&img->commit_lock);
+  return r;
+}
+
+int
+qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
+               struct qcow2_error *err)
+{
+  uint64_t target;
+  int r;
+
+  if (qcow2_commit (img, err) == -1)
+    return -1;
+  /* This request holds no entry from before the commit: re-register it
+   * as if it started now, at the end of the list (in start order), so
+   * that it does not hold back the frees it waits for.
+   */
+  pthread_mutex_lock (&img->epoch_lock);
+  target = img->epoch;
+  if (req->next)
+    {
+      if (req->prev)
+        req->prev->next = req->next;
+      else
+        img->req_head = req->next;
+      req->next->prev = req->prev;
+      req->prev = img->req_tail;
+      req->next = NULL;
+      img->req_tail->next = req;
+      img->req_tail = req;
+    }
+  req->epoch = target;
+  /* Moving this request may be what another waiter waits for. */
+  if (img->barrier_waiters > 0)
+    pthread_cond_broadcast (&img->barrier_moved);
+  /* Wait for the requests that started before the commit.  No
+   * deadlock: the oldest of the waiters re-registered after its own
+   * commit, so nothing waits for it, and requests that do not wait
+   * end.
+   */
+  img->barrier_waiters++;
+  while (barrier_epoch (img) < target && !img_failed (img))
+    pthread_cond_wait (&img->barrier_moved, &img->epoch_lock);
+  img->barrier_waiters--;
+  pthread_mutex_unlock (&img->epoch_lock);
+
+  pthread_rwlock_wrlock (&img->lock);
+  r = img_failed (img) ? 0 : qcow2_apply_deferred (img, err);
+  if (r == -1)
+    img_set_failed (img);
+  /* Nothing came free (the frees only lowered counts: snapshots,
+   * compressed clusters): more really is in use than a fully allocated
+   * image holds.  Let the bump pointer go on for a while before the
+   * next reclaim, so that not every allocation costs a commit.
+   */
+  if (r == 0 && img->nfreed == 0 && img->bump >= img->soft_end)
+    img->soft_end = img->bump + 64 + img->soft_end / 64;
+  pthread_rwlock_unlock (&img->lock);
   return r;
 }
 

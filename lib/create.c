@@ -4,10 +4,14 @@
  * A version 3 image: the header (with our linear layout extension when
  * asked for), the refcount table, refcount blocks, and an empty L1
  * table, in that order from cluster 0.  For the linear layout the data
- * area starts past room for every L2 table the disk can need, aligned
- * to 2 MiB, and the refcount blocks for the whole span are made now:
- * a block made later would land at the first cluster it covers, inside
- * the span, where some guest cluster's data belongs.
+ * area starts past room for every L2 table the disk can need and for
+ * every refcount block of the span, aligned to 2 MiB.  Only the blocks
+ * for the metadata written here are made now; the others, when first
+ * used (refcount.c puts those that would cover only homes where
+ * metadata goes), so creating costs the same at any virtual size,
+ * except for the L1 and refcount tables (8 bytes per 512 MiB and per
+ * 2 GiB at 64 KiB clusters; zeroes, left as holes where the file can).
+ * Metadata preallocation makes every block and L2 table.
  *
  * Metadata is written first and the header last, each followed by a
  * flush: a crash leaves either no image or a complete empty one.
@@ -25,6 +29,10 @@
 #define QCOW2_MAGIC 0x514649fbU
 #define V3_HEADER_BYTES 104
 
+/* [off, off+len) reads as zeroes: a hole where the host can make one
+ * (then the last sector written, so that a new file reaches its end),
+ * else zeroes written.
+ */
 static int
 write_zero_clusters (struct qcow2_hostio *io, uint64_t off, uint64_t len,
                      const unsigned char *zero, uint64_t cs)
@@ -32,6 +40,10 @@ write_zero_clusters (struct qcow2_hostio *io, uint64_t off, uint64_t len,
   uint64_t done;
   int r;
 
+  if (len == 0)
+    return 0;
+  if (io->zero && io->zero (io, off, len, true) == 0)
+    return qcow2_hostio_pwrite (io, zero, 512, off + len - 512);
   for (done = 0; done < len; done += cs)
     {
       r = qcow2_hostio_pwrite (io, zero, cs, off + done);
@@ -97,9 +109,10 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
 {
   const unsigned cbits = o->cluster_bits ? o->cluster_bits : 16;
   const unsigned rbits = o->refcount_bits ? o->refcount_bits : 16;
-  unsigned order = 0, i;
+  unsigned order = 0, i, rounds;
   uint64_t cs, per_block, l1_entries, l1_clusters, span = 0;
   uint64_t rt_clusters = 1, blocks = 1, meta_end, data_start = 0, total;
+  uint64_t all_blocks = 1, later = 0; /* blocks in all; made on first use */
   unsigned char *buf = NULL, *zero = NULL;
   uint64_t c;
   int r;
@@ -138,7 +151,7 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
     }
   cs = 1ULL << cbits;
   per_block = cs * 8 >> order;
-  if (o->size > (1ULL << 55))
+  if (o->size > (1ULL << 62)) /* the L1 limit below is far lower anyway */
     {
       qcow2_set_error (err, EFBIG, "size %" PRIu64 " is too large", o->size);
       return -1;
@@ -157,28 +170,53 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
   l1_clusters = DIV_ROUND_UP (l1_entries * 8, cs);
 
   /* Table and block counts depend on each other and on where the data
-   * starts: iterate to the fixed point (a few rounds).
+   * starts: iterate to the fixed point (a few rounds; every count only
+   * grows).  'blocks' are written now: all of them when preallocating
+   * or compact, else those covering the metadata written here; room
+   * for the 'later' ones is left below the data.
    */
-  for (;;)
+  for (rounds = 0;; ++rounds)
     {
-      uint64_t rt, b;
+      uint64_t rt, b, ab, l;
 
       meta_end = 1 + rt_clusters + blocks + l1_clusters;
       if (o->linear)
         {
           uint64_t align = cs >= LINEAR_DATA_ALIGN ? 1 : LINEAR_DATA_ALIGN / cs;
           span = DIV_ROUND_UP (o->size, cs);
-          data_start = DIV_ROUND_UP (meta_end + l1_entries, align) * align;
+          data_start
+              = DIV_ROUND_UP (meta_end + l1_entries + later, align) * align;
           total = data_start + span;
         }
       else
         total = meta_end;
-      b = DIV_ROUND_UP (total, per_block);
-      rt = DIV_ROUND_UP (b * 8, cs);
-      if (b == blocks && rt == rt_clusters)
+      ab = DIV_ROUND_UP (total, per_block);
+      b = o->linear && !o->preallocate ? DIV_ROUND_UP (meta_end, per_block)
+                                       : ab;
+      if (b < blocks)
+        b = blocks;
+      l = ab > b ? ab - b : 0;
+      if (l < later)
+        l = later;
+      rt = DIV_ROUND_UP (ab * 8, cs);
+      if (rt < rt_clusters)
+        rt = rt_clusters;
+      if ((b == blocks && rt == rt_clusters && l == later && ab == all_blocks)
+          || rounds == 100)
         break;
       blocks = b;
       rt_clusters = rt;
+      later = l;
+      all_blocks = ab;
+    }
+  /* Host offsets in L2 entries have 56 bits. */
+  if (o->linear && total > (1ULL << 56) >> cbits)
+    {
+      qcow2_set_error (err, EFBIG,
+                       "size %" PRIu64 " is too large for the linear "
+                       "layout (layout=compact makes it)",
+                       o->size);
+      return -1;
     }
   if (rt_clusters * cs > MAX_REFTABLE_BYTES)
     {
@@ -215,9 +253,10 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
           memset (buf, 0, cs);
         }
     }
-  for (i = (blocks + cs / 8 - 1) / (cs / 8); i < rt_clusters; ++i)
-    if ((r = qcow2_hostio_pwrite (io, zero, cs, (1 + i) * cs)) < 0)
-      goto io_fail;
+  i = (blocks + cs / 8 - 1) / (cs / 8);
+  r = write_zero_clusters (io, (1 + i) * cs, (rt_clusters - i) * cs, zero, cs);
+  if (r < 0)
+    goto io_fail;
   for (i = 0; i < blocks; ++i)
     {
       memset (buf, 0, cs);

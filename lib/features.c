@@ -138,8 +138,10 @@ parse_extensions (struct qcow2_image *img, const unsigned char *hdr,
                 == -1)
               return -1;
             /* Bitmaps do not change what the disk reads: nothing more,
-             * but guest data must not overwrite the directory.
+             * but guest data must not overwrite the directory (and
+             * repair=leaks would have to walk their tables).
              */
+            img->has_bitmaps = true;
             if (qcow2_meta_add_table (img, QCOW2_META_BITMAPS, dir_offset,
                                       dir_size, err)
                 == -1)

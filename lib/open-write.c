@@ -94,12 +94,25 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
     return -1;
   img->writable = true;
 
+  if (opts->repair_leaks)
+    {
+      uint64_t leaked;
+
+      if (qcow2_repair_leaks (img, &leaked, err) == -1)
+        return -1;
+      if (opts->leaks_repaired)
+        *opts->leaks_repaired = leaked;
+    }
+
   /* Allocation starts past both the file and the last cluster in use
    * (a cluster may be counted but not yet written past the end).
    */
   if (qcow2_rc_highest_used (img, &highest, err) == -1)
     return -1;
   img->host_end = (img->file_size + cs - 1) & ~(cs - 1);
+  /* A device's size says nothing about what is in use. */
+  if (img->io->fixed_size)
+    img->host_end = 0;
   if ((highest + 1) * cs > img->host_end)
     img->host_end = (highest + 1) * cs;
 

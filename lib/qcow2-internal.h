@@ -213,6 +213,7 @@ struct qcow2_image
   uint32_t nb_snapshots;
   /* Every metadata cluster, for the overlap checks (overlap.c). */
   struct qcow2_meta *meta;
+  bool has_bitmaps; /* a bitmaps extension (its tables hold clusters) */
 
   char *backing_file;
   char *backing_format;
@@ -250,6 +251,9 @@ struct qcow2_image
   pthread_mutex_t epoch_lock;
   struct qcow2_req *req_head, *req_tail;
   uint64_t epoch, deferred_first_epoch;
+  /* Broadcast when a request ends (qcow2_reclaim waits on it). */
+  pthread_cond_t barrier_moved;
+  unsigned barrier_waiters;
   /* Frees held back by the barrier, in epoch order; under 'lock'. */
   struct qcow2_deferred *deferred;
   size_t ndeferred, deferred_cap;
@@ -275,6 +279,20 @@ struct qcow2_image
   uint64_t meta_cursor, bump;             /* cluster indexes */
   uint64_t *freed;                        /* reusable cluster indexes */
   size_t nfreed, freed_cap;
+  /* Compact: the bump pointer stays below soft_end (a fully allocated
+   * image's size, or what was in use at the open) while frees wait;
+   * 'scan' is where the one look below it continues, 'scanned' once it
+   * found nothing.  alloc_strict (set by the writer around an
+   * allocation, under the lock): ENOSPC rather than going past soft_end
+   * while frees wait, so that the writer reclaims them first.
+   */
+  uint64_t soft_end, scan;
+  bool scanned, alloc_strict;
+  /* Linear homes dropped by their guest cluster and maybe taken back
+   * before the drop was applied (alloc.c).
+   */
+  struct qcow2_home *homes;
+  size_t nhomes, homes_cap;
   /* Clusters whose reference the next commit removes: decremented
    * only once that removal is durable.
    */
@@ -370,6 +388,13 @@ extern int qcow2_read_compressed_part (struct qcow2_image *img, uint64_t l2e,
  * 0 left as it was, -1 error.
  */
 extern int qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
+                               struct qcow2_error *err);
+/* repair.c: at a writable open (refcounts loaded),
+ * lower every count above the references on disk to them; 'leaked'
+ * says how many clusters were referenced by nothing.  Refuses images
+ * with snapshots or bitmaps, and counts below the references.
+ */
+extern int qcow2_repair_leaks (struct qcow2_image *img, uint64_t *leaked,
                                struct qcow2_error *err);
 extern int qcow2_open_writable (struct qcow2_image *img,
                                 const struct qcow2_open_options *opts,
@@ -472,19 +497,15 @@ extern unsigned qcow2_rc_dirty_blocks (const struct qcow2_image *img);
 extern int qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
                                   struct qcow2_error *err);
 /* Entry 'i' of a refcount block of width 2^order bits. */
-/* Making room ahead for the linear layout (adopt.c).  Clusters one
- * refcount block covers; grow the table (as qemu does) so that it can
- * point at blocks for clusters [0, end_cluster); whether the block for
- * table index idx exists; make it at the first cluster it covers (which
- * it describes); install empty blocks for table indexes idx[] at
- * clusters at[] (already claimed), each durable before its entry.
+/* The linear layout (adopt.c, and blocks kept off the homes).  Clusters
+ * one refcount block covers; grow the table (as qemu does) so that it
+ * can point at blocks for clusters [0, end_cluster); install empty
+ * blocks for table indexes idx[] at clusters at[] (already claimed),
+ * each durable before its entry.
  */
 extern uint64_t qcow2_rc_block_clusters (const struct qcow2_image *img);
 extern int qcow2_rc_cover (struct qcow2_image *img, uint64_t end_cluster,
                            struct qcow2_error *err);
-extern bool qcow2_rc_has_block (const struct qcow2_image *img, uint64_t idx);
-extern int qcow2_rc_make_block (struct qcow2_image *img, uint64_t idx,
-                                struct qcow2_error *err);
 extern int qcow2_rc_install_blocks (struct qcow2_image *img,
                                     const uint64_t *idx, const uint64_t *at,
                                     size_t n, struct qcow2_error *err);
@@ -506,6 +527,16 @@ extern int qcow2_alloc_cluster (struct qcow2_image *img, bool metadata,
                                 struct qcow2_error *err);
 /* A cluster whose refcount dropped to 0 after a commit: reusable. */
 extern int qcow2_alloc_reuse (struct qcow2_image *img, uint64_t cluster);
+/* L2 entry 'e' of guest cluster 'guest' (UINT64_MAX: not a data entry)
+ * is dropped after the next commit: if it is that cluster's linear
+ * home, the guest cluster may take it back before the drop is applied.
+ */
+extern void qcow2_alloc_note_drop (struct qcow2_image *img, uint64_t e,
+                                   uint64_t guest);
+/* A dropped reference to 'cluster' is applied: true if it is to be
+ * skipped (its home was taken back meanwhile).
+ */
+extern bool qcow2_alloc_skip_drop (struct qcow2_image *img, uint64_t cluster);
 
 /* ---- committing (commit.c) ---- */
 /* Drop a reference to 'cluster' once the next commit is durable. */
@@ -525,6 +556,14 @@ extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
 extern int qcow2_apply_deferred (struct qcow2_image *img,
                                  struct qcow2_error *err);
 extern void qcow2_commit_free (struct qcow2_image *img);
+/* WITHOUT the lock, in registered request 'req' that holds no entry it
+ * looked up before (between runs of a write): commit, let the reuse
+ * barrier pass this request, wait for the requests older than the
+ * commit and apply the frees they held back, so that an allocation
+ * that found no space can find the clusters freed meanwhile.
+ */
+extern int qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
+                          struct qcow2_error *err);
 
 /* scratch.c */
 extern unsigned char *qcow2_scratch_get (struct qcow2_image *img,
@@ -549,18 +588,20 @@ extern int qcow2_check_change (struct qcow2_image *img, uint64_t count,
  */
 extern int qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
                                    struct l2_ref *ref, struct qcow2_error *err);
-/* WITHOUT the lock, in a registered request that claimed the range:
+/* WITHOUT the lock, in registered request 'req' that claimed the range:
  * write [off, off+count) from data.  0 or -1 (committing itself when
- * the cache is full of dirty tables).
+ * the cache is full of dirty tables, and reclaiming frees before
+ * ENOSPC; ENOSPC leaves the image usable).
  */
-extern int qcow2_write_claimed (struct qcow2_image *img, const char *data,
+extern int qcow2_write_claimed (struct qcow2_image *img,
+                                struct qcow2_req *req, const char *data,
                                 uint64_t off, uint64_t count,
                                 struct qcow2_error *err);
-/* Drop, after the next commit, the host references of L2 entry 'e'
- * (of a COPIED cluster too if 'copied').
+/* Drop, after the next commit, the host references of L2 entry 'e' of
+ * guest cluster 'guest' (of a COPIED cluster too if 'copied').
  */
 extern int qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
-                             struct qcow2_error *err);
+                             uint64_t guest, struct qcow2_error *err);
 
 /* Table entry bits. */
 #define L1E_OFFSET_MASK 0x00fffffffffffe00ULL

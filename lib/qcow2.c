@@ -64,6 +64,7 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
   pthread_mutex_init (&img->claim_lock, NULL);
   pthread_cond_init (&img->claim_released, NULL);
   pthread_mutex_init (&img->epoch_lock, NULL);
+  pthread_cond_init (&img->barrier_moved, NULL);
   img->deferred_first_epoch = UINT64_MAX;
   pthread_mutex_init (&img->commit_lock, NULL);
   pthread_cond_init (&img->commit_done, NULL);
@@ -152,6 +153,7 @@ qcow2_close (struct qcow2_image *img)
   pthread_mutex_destroy (&img->claim_lock);
   pthread_cond_destroy (&img->claim_released);
   pthread_mutex_destroy (&img->epoch_lock);
+  pthread_cond_destroy (&img->barrier_moved);
   pthread_mutex_destroy (&img->commit_lock);
   pthread_cond_destroy (&img->commit_done);
   free (img);

@@ -75,6 +75,12 @@ struct qcow2_open_options
     QCOW2_LAYOUT_LINEAR,
     QCOW2_LAYOUT_COMPACT,
   } layout;
+  /* Writable: give back leaked clusters first (what qemu-img check -r
+   * leaks does; refused for images with snapshots or bitmaps), and say
+   * how many in *leaks_repaired if not NULL.
+   */
+  bool repair_leaks;
+  uint64_t *leaks_repaired;
 };
 
 /* Does a file starting with these 'len' bytes claim to be qcow2?  Needs

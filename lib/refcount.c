@@ -377,14 +377,19 @@ static int grow_table (struct qcow2_image *img, uint64_t need_idx,
 
 /* Make sure the block for table index 'idx' exists.  It goes at the
  * first cluster it covers: that cluster's refcount is 0 (no block
- * counts it yet), so it is free, and the block describes itself.
+ * counts it yet), so it is free, and the block describes itself.  In
+ * the linear layout that cluster must not be a guest cluster's home:
+ * the block goes at the first cluster it covers past the span, or,
+ * when it covers homes only, where metadata goes (below the span or
+ * past it, counted by a block that is not such a block: no deeper
+ * recursion).  So blocks are made on first use, never ahead.
  */
 static int
 ensure_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
 {
   struct refcounts *rc = img->rc;
   uint64_t cluster = idx << rc->block_bits;
-  uint64_t off = cluster << img->cluster_bits;
+  uint64_t off, at;
   unsigned char *data;
   unsigned char entry[8];
 
@@ -392,6 +397,27 @@ ensure_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
     return -1;
   if (rc->table[idx])
     return 0; /* growing the table made it */
+  if (img->alloc_mode == QCOW2_ALLOC_LINEAR && cluster >= img->linear_start
+      && cluster < img->linear_start + img->linear_clusters)
+    {
+      const uint64_t span_end = img->linear_start + img->linear_clusters;
+
+      if (span_end < cluster + (1ULL << rc->block_bits))
+        cluster = span_end;
+      else
+        {
+          if (qcow2_alloc_cluster (img, true, 0, &at, err) == -1)
+            return -1;
+          if (rc->table[idx]) /* cannot happen: 'at' is counted elsewhere */
+            {
+              qcow2_set_error (err, EIO, "refcount block %" PRIu64
+                               " appeared while placing it", idx);
+              return -1;
+            }
+          return qcow2_rc_install_blocks (img, &idx, &at, 1, err);
+        }
+    }
+  off = cluster << img->cluster_bits;
   /* Refcount 0 under a table the header points at: a corrupt image
    * (qemu-img check reports it); writing here would destroy it.
    */
@@ -424,7 +450,7 @@ ensure_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
       return -1;
     }
   memset (data, 0, img->cluster_size);
-  qcow2_rc_entry_set (data, rc->order, 0, 1);
+  qcow2_rc_entry_set (data, rc->order, cluster - (idx << rc->block_bits), 1);
   if (write_sync (img, data, img->cluster_size, off, "writing a refcount block",
                   err)
       == -1)
@@ -698,7 +724,7 @@ qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
   return 0;
 }
 
-/* ---- Making room ahead (adopt.c) ---- */
+/* ---- The linear layout (adopt.c, ensure_block) ---- */
 
 uint64_t
 qcow2_rc_block_at (const struct qcow2_image *img, uint64_t idx)
@@ -722,19 +748,6 @@ qcow2_rc_cover (struct qcow2_image *img, uint64_t end_cluster,
   if (need < img->rc->entries)
     return 0;
   return grow_table (img, need, err);
-}
-
-bool
-qcow2_rc_has_block (const struct qcow2_image *img, uint64_t idx)
-{
-  return idx < img->rc->entries && img->rc->table[idx] != 0;
-}
-
-int
-qcow2_rc_make_block (struct qcow2_image *img, uint64_t idx,
-                     struct qcow2_error *err)
-{
-  return ensure_block (img, idx, err);
 }
 
 int

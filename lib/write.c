@@ -158,7 +158,7 @@ qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
  */
 int
 qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
-                  struct qcow2_error *err)
+                  uint64_t guest, struct qcow2_error *err)
 {
   /* Never a metadata cluster, whatever a hostile entry says. */
   if (qcow2_meta_check_entry (img, e, copied, err) == -1)
@@ -179,8 +179,13 @@ qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
       return 0;
     }
   if ((e & L2E_OFFSET_MASK) && (copied || !(e & OFLAG_COPIED)))
-    return qcow2_free_after_commit (
-        img, (e & L2E_OFFSET_MASK) >> img->cluster_bits, err);
+    {
+      if (qcow2_free_after_commit (
+              img, (e & L2E_OFFSET_MASK) >> img->cluster_bits, err)
+          == -1)
+        return -1;
+      qcow2_alloc_note_drop (img, e, guest);
+    }
   return 0;
 }
 
@@ -372,7 +377,9 @@ link_slot (struct qcow2_image *img, struct wslot *s, struct qcow2_error *err)
       goto out;
     }
   /* A COPIED cluster was written in place. */
-  if (s->kind == NEW && qcow2_free_entry (img, s->e, false, err) == -1)
+  if (s->kind == NEW
+      && qcow2_free_entry (img, s->e, false, s->off >> img->cluster_bits, err)
+             == -1)
     goto out;
   put_be64 (s->ent, s->host | OFLAG_COPIED);
   if (img->ext_l2)
@@ -446,13 +453,19 @@ write_run (struct qcow2_image *img, const char *data, struct wslot *run,
  */
 #define RUN_MAX 256
 
+/* Reclaims before an allocation may give up with ENOSPC (each one a
+ * commit and a wait for the requests older than it).
+ */
+#define RECLAIM_MAX 4
+
 int
-qcow2_write_claimed (struct qcow2_image *img, const char *data, uint64_t off,
-                     uint64_t count, struct qcow2_error *err)
+qcow2_write_claimed (struct qcow2_image *img, struct qcow2_req *req,
+                     const char *data, uint64_t off, uint64_t count,
+                     struct qcow2_error *err)
 {
   const uint64_t cs = img->cluster_size;
   struct wslot run[RUN_MAX];
-  unsigned n_run = 0, n_write, i;
+  unsigned n_run = 0, n_write, i, reclaims = 0;
   const char *run_data = data; /* the data of run[0] */
   int r = 0;
 
@@ -468,7 +481,30 @@ qcow2_write_claimed (struct qcow2_image *img, const char *data, uint64_t off,
           uint64_t n = cs - (off & (cs - 1));
           if (n > count)
             n = count;
+          /* Frees waiting for a commit are reclaimed before going
+           * past what a fully allocated image needs.
+           */
+          img->alloc_strict = reclaims < RECLAIM_MAX;
           r = prepare_slot (img, off, n, &run[n_run], err);
+          img->alloc_strict = false;
+          /* ENOSPC changed nothing of this cluster (an L2 table it
+           * made stays).  Write what is prepared first; then, holding
+           * no entry looked up before, reclaim what waits and retry.
+           */
+          if (r == -1 && err->errnum == ENOSPC && n_run > 0)
+            break;
+          if (r == -1 && err->errnum == ENOSPC && reclaims < RECLAIM_MAX
+              && (img->npending > 0 || img->commit.nfrees > 0
+                  || img->ndeferred > 0))
+            {
+              reclaims++;
+              pthread_rwlock_unlock (&img->lock);
+              r = qcow2_reclaim (img, req, err);
+              pthread_rwlock_wrlock (&img->lock);
+              if (r == -1)
+                goto fail;
+              continue;
+            }
           if (r == RETRY && n_run == 0)
             {
               /* Every slot is dirty: let a commit clean them.  Nothing
@@ -568,11 +604,14 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
     return 0;
   qcow2_claim_range (img, &claim, offset, count);
   qcow2_req_begin (img, &req);
-  r = qcow2_write_claimed (img, p, offset, count, err);
+  r = qcow2_write_claimed (img, &req, p, offset, count, err);
   /* Metadata in memory may be half-changed: refuse further writes
-   * rather than commit a guess.
+   * rather than commit a guess.  Not after ENOSPC: what failed to
+   * allocate changed nothing, a data write that failed is not linked
+   * (its cluster leaks until the next open), and the image stays
+   * consistent: the next request may succeed once space is freed.
    */
-  if (r == -1)
+  if (r == -1 && err->errnum != ENOSPC)
     img_set_failed (img);
   qcow2_unclaim (img, &claim);
   qcow2_req_end (img, &req);

@@ -101,7 +101,8 @@ entry_of (const struct qcow2_image *img, const struct l2_ref *ref, uint64_t gc)
  */
 static int
 zero_entry (struct qcow2_image *img, struct l2_ref *ref, uint64_t *ent,
-            bool backing_shows, enum mode mode, struct qcow2_error *err)
+            uint64_t gc, bool backing_shows, enum mode mode,
+            struct qcow2_error *err)
 {
   const bool v3 = img->version >= 3;
   const uint64_t e = get_be64 (ent);
@@ -121,7 +122,7 @@ zero_entry (struct qcow2_image *img, struct l2_ref *ref, uint64_t *ent,
   want_bm = img->ext_l2 && (keep || backing_shows) ? BITMAP_ALL_ZERO : 0;
   if (want != e || want_bm != bm)
     {
-      if (!keep && qcow2_free_entry (img, e, true, err) == -1)
+      if (!keep && qcow2_free_entry (img, e, true, gc, err) == -1)
         return -1;
       put_be64 (ent, want);
       if (img->ext_l2)
@@ -151,8 +152,8 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
   r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
   if (r != 0)
     return r;
-  r = zero_entry (img, &ref, entry_of (img, &ref, gc), backing_shows, mode,
-                  err);
+  r = zero_entry (img, &ref, entry_of (img, &ref, gc), gc, backing_shows,
+                  mode, err);
   l2_cache_put (&ref);
   return r;
 }
@@ -200,7 +201,7 @@ zero_subclusters (struct qcow2_image *img, uint64_t lo, uint64_t hi,
     /* All zero now: as a whole zeroed cluster (which may release the
      * host cluster, or keep it with all 32 zero bits).
      */
-    r = zero_entry (img, &ref, ent, backing_shows, mode, err);
+    r = zero_entry (img, &ref, ent, gc, backing_shows, mode, err);
   else if (want_bm != bm)
     {
       /* The host cluster (shared with a snapshot or ours), its offset
@@ -321,8 +322,9 @@ commit_relock (struct qcow2_image *img, struct qcow2_error *err)
  * clusters, then the whole clusters [first, last).  0 or -1.
  */
 static int
-zero_entries (struct qcow2_image *img, const struct edge sub[2], uint64_t first,
-              uint64_t last, enum mode mode, struct qcow2_error *err)
+zero_entries (struct qcow2_image *img, struct qcow2_req *req,
+              const struct edge sub[2], uint64_t first, uint64_t last,
+              enum mode mode, struct qcow2_error *err)
 {
   const uint64_t table = 1ULL << img->l2_bits;
   uint64_t gc = first, lo, hi;
@@ -365,8 +367,8 @@ zero_entries (struct qcow2_image *img, const struct edge sub[2], uint64_t first,
           if (hi > img->size)
             hi = img->size;
           pthread_rwlock_unlock (&img->lock);
-          r = qcow2_write_claimed (img, (const char *)img->zero_buf, lo,
-                                   hi - lo, err);
+          r = qcow2_write_claimed (img, req, (const char *)img->zero_buf,
+                                   lo, hi - lo, err);
           pthread_rwlock_wrlock (&img->lock);
         }
       if (r == QCOW2_RETRY)
@@ -467,14 +469,14 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
    */
   for (i = 0; i < nparts; ++i)
     if (part[i].needed
-        && qcow2_write_claimed (img, (const char *)img->zero_buf, part[i].lo,
-                                part[i].hi - part[i].lo, err)
+        && qcow2_write_claimed (img, &req, (const char *)img->zero_buf,
+                                part[i].lo, part[i].hi - part[i].lo, err)
                == -1)
       goto fail;
 
   if ((a < b || sub[0].lo < sub[0].hi || sub[1].lo < sub[1].hi)
-      && zero_entries (img, sub, a >> img->cluster_bits, b >> img->cluster_bits,
-                       mode, err)
+      && zero_entries (img, &req, sub, a >> img->cluster_bits,
+                       b >> img->cluster_bits, mode, err)
              == -1)
     goto fail;
   r = 0;
@@ -485,7 +487,9 @@ notsup:
   r = -1;
   goto out;
 fail:
-  img_set_failed (img);
+  /* As for writes (write.c): ENOSPC left the image consistent. */
+  if (err->errnum != ENOSPC)
+    img_set_failed (img);
   r = -1;
 out:
   qcow2_scratch_put (img, buf);

@@ -16,7 +16,11 @@ QCOW2_TESTS = \
 	test-qcow2-write-fault.sh \
 	test-qcow2-concurrent.sh \
 	test-qcow2-tsan.sh \
-	test-qcow2-overlap.sh
+	test-qcow2-overlap.sh \
+	test-qcow2-enospc.sh \
+	test-qcow2-layout-trim.sh \
+	test-qcow2-huge.sh \
+	test-qcow2-repair-leaks.sh
 TESTS += $(QCOW2_TESTS) test-qcow2-overlap-unit
 EXTRA_DIST += $(QCOW2_TESTS) test-qcow2-map.py test-qcow2-patch.py \
 	test-qcow2-functions.sh test-qcow2-overlap.py test-qcow2-poke.py

@@ -594,6 +594,7 @@ image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   "l2-cache-size=SIZE         qcow2: bytes of L2 cache (default <= 32M).\n"    \
   "snapshot=NAME|ID           qcow2: serve this internal snapshot.\n"          \
   "layout=auto|linear|compact qcow2: where new clusters go (default auto).\n"  \
+  "repair=leaks               qcow2: give leaked clusters back at the open.\n" \
   "cluster-size=SIZE          qcow2 create: 512 to 2M (default 64K).\n"        \
   "extended-l2=on|off         qcow2 create: subcluster allocation.\n"          \
   "preallocation=off|metadata qcow2 create: allocate every cluster."

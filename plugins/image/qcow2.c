@@ -90,6 +90,7 @@ static const struct enum_param_word prealloc_words[] = {
 };
 
 static enum qcow2_layout layout = QCOW2_LAYOUT_AUTO;
+static bool repair_leaks; /* repair=leaks */
 static const struct enum_param_word layout_words[] = {
   { "auto", QCOW2_LAYOUT_AUTO },
   { "linear", QCOW2_LAYOUT_LINEAR },
@@ -99,6 +100,16 @@ static const struct enum_param_word layout_words[] = {
 static int
 qcow2_config (const char *key, const char *value)
 {
+  if (strcmp (key, "repair") == 0)
+    {
+      if (strcmp (value, "leaks") != 0)
+        {
+          nbdkit_error ("repair=%s: only repair=leaks is supported", value);
+          return -1;
+        }
+      repair_leaks = true;
+      return 1;
+    }
   if (strcmp (key, "l2-cache-size") == 0)
     {
       l2_cache_size = nbdkit_parse_size (value);
@@ -810,15 +821,21 @@ open_layer (struct q2 *q, const char *path, bool is_top, bool *writable,
 
   if (is_qcow2)
     {
+      uint64_t leaks = 0;
       struct qcow2_open_options opts = {
         .l2_cache_size = l2_cache_size,
         .snapshot = is_top ? snapshot : NULL,
         .writable = *writable,
         .layout = layout,
+        .repair_leaks = repair_leaks && is_top && *writable,
+        .leaks_repaired = &leaks,
       };
       struct qcow2_error err = { 0 };
 
       l->img = qcow2_open (l->io, &opts, &err);
+      if (l->img && opts.repair_leaks)
+        nbdkit_debug ("%s: repair=leaks: %" PRIu64 " leaked clusters given "
+                      "back", path, leaks);
       if (l->img == NULL && *writable && err.errnum == ENOTSUP)
         {
           /* An external data file (the only ENOTSUP refusal): served
