@@ -398,7 +398,7 @@ test_guards (void)
   CHECK (qcow2_pwrite (img, buf, cs, 0, &err) == 0);
   l2 = img->l1[0] & L1E_OFFSET_MASK;
   pthread_rwlock_wrlock (&img->lock);
-  CHECK (qcow2_free_entry (img, l2, false, &err) == -1);
+  CHECK (qcow2_free_entry (img, l2, false, 0, &err) == -1);
   pthread_rwlock_unlock (&img->lock);
   CHECK (err.errnum == EIO);
   CHECK (strstr (err.msg, "Preventing invalid free on metadata") != NULL);
