@@ -336,6 +336,12 @@ supervise (const struct supervise_opts *o)
     sigaddset (&mask, handled[i]);
   /* No signal may be lost between fork and the signalfd. */
   sigprocmask (SIG_BLOCK, &mask, &old);
+  /* A signal the caller blocked stays blocked, unread, as in qemu-nbd
+   * (imageio blocks SIGINT and SIGHUP in its servers); SIGCHLD is ours.
+   */
+  for (size_t i = 0; i < sizeof handled / sizeof handled[0]; ++i)
+    if (handled[i] != SIGCHLD && sigismember (&old, handled[i]) == 1)
+      sigdelset (&mask, handled[i]);
   if (pipe2 (errp, O_CLOEXEC) == -1
       || socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) == -1)
     {

@@ -19,6 +19,7 @@ NBD_TESTS = \
 	test-nbd-fork-stderr.sh \
 	test-nbd-lastclient.sh \
 	test-nbd-list.sh \
-	test-nbd-buildtree.sh
+	test-nbd-buildtree.sh \
+	test-nbd-blocked-signals.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py nbd-writer.py
