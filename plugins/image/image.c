@@ -233,7 +233,13 @@ sniff_format (enum format_choice *choice)
       nbdkit_error ("%s: %m", filename);
       return -1;
     }
+  /* Nothing of the probe stays in the page cache (no read-ahead, the
+   * page dropped after): cached pages over unwritten extents read as
+   * data to SEEK_DATA on XFS, which would change the extents served.
+   */
+  posix_fadvise (fd, 0, sizeof magic, POSIX_FADV_RANDOM);
   r = pread (fd, magic, sizeof magic, 0);
+  posix_fadvise (fd, 0, sizeof magic, POSIX_FADV_DONTNEED);
   close (fd);
   if (r == -1)
     {
