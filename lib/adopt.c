@@ -138,8 +138,13 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
       /* A table past our limit (huge disks with tiny clusters and wide
        * refcounts): no layout, the image stays compact.
        */
-      /* Host offsets in L2 entries have 56 bits. */
-      if (d + span > (1ULL << 56) >> img->cluster_bits)
+      /* Host offsets in L2 entries have 56 bits, and the file cannot
+       * grow past its file system's limit (ext4: 16 TiB): a layout
+       * whose homes lie beyond would fail writes there, so no layout.
+       */
+      if (d + span > (1ULL << 56) >> img->cluster_bits
+          || (img->io->max_size
+              && d + span > img->io->max_size >> img->cluster_bits))
         return 0;
       if (qcow2_rc_cover (img, d + span, err) == -1)
         return err->errnum == EFBIG ? 0 : -1;

@@ -209,13 +209,20 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
       later = l;
       all_blocks = ab;
     }
-  /* Host offsets in L2 entries have 56 bits. */
-  if (o->linear && total > (1ULL << 56) >> cbits)
+  /* Host offsets in L2 entries have 56 bits, and a file cannot grow
+   * past its file system's limit (ext4: 16 TiB).
+   */
+  if (o->linear
+      && (total > (1ULL << 56) >> cbits
+          || (io->max_size && total > io->max_size >> cbits)))
     {
       qcow2_set_error (err, EFBIG,
                        "size %" PRIu64 " is too large for the linear "
-                       "layout (layout=compact makes it)",
-                       o->size);
+                       "layout%s (layout=compact makes it)",
+                       o->size,
+                       total > (1ULL << 56) >> cbits
+                           ? ""
+                           : " on this file system");
       return -1;
     }
   if (rt_clusters * cs > MAX_REFTABLE_BYTES)

@@ -166,6 +166,7 @@ qcow2_hostio_record (struct qcow2_hostio *below)
       r->io.zero = rec_zero;
     }
   r->io.fixed_size = below->fixed_size;
+  r->io.max_size = below->max_size;
   pthread_mutex_init (&r->lock, NULL);
   return &r->io;
 }

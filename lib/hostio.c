@@ -188,6 +188,30 @@ fd_close (struct qcow2_hostio *io)
   free (f);
 }
 
+/* The file system's limit on this file's size, found without changing
+ * anything: lseek past it fails with EINVAL (the kernel checks offsets
+ * against the superblock's s_maxbytes), so bisect over the offsets.
+ * 0 when lseek does not tell (every offset accepted).
+ */
+static uint64_t
+fd_max_size (int fd)
+{
+  uint64_t lo = 0, hi = INT64_MAX; /* lo accepted; hi refused, or the top */
+
+  if (lseek (fd, INT64_MAX, SEEK_SET) != -1)
+    return 0;
+  while (hi - lo > 1)
+    {
+      const uint64_t mid = lo + (hi - lo) / 2;
+
+      if (lseek (fd, mid, SEEK_SET) != -1)
+        lo = mid;
+      else
+        hi = mid;
+    }
+  return lo;
+}
+
 struct qcow2_hostio *
 qcow2_hostio_fd (int fd)
 {
@@ -208,6 +232,8 @@ qcow2_hostio_fd (int fd)
       f->io.zero = fd_zero;
     }
   f->io.fixed_size = fstat (fd, &st) == 0 && S_ISBLK (st.st_mode);
+  if (!f->io.fixed_size)
+    f->io.max_size = fd_max_size (fd);
   f->fd = fd;
   return &f->io;
 }

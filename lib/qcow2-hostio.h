@@ -51,6 +51,11 @@ struct qcow2_hostio
    * allocated.
    */
   bool fixed_size;
+  /* The largest size the file can grow to (the file system's limit on
+   * a file's size, ext4's 16 TiB say); 0: no limit known.  Layouts that
+   * put data at fixed offsets (linear) must end below it.
+   */
+  uint64_t max_size;
 };
 
 /* Over a file descriptor, which it then owns (closes on close).  It can

@@ -3,8 +3,8 @@
 # terabyte, and an upload allocates its data plus the metadata it needs.
 # For 1T, 16T, 1P and 64P at 64 KiB and 2 MiB clusters (64P at 64 KiB:
 # refused, as qemu-img refuses it; 64P is too large for the linear
-# layout: create=true refuses it naming layout=compact, which makes it,
-# and a qemu-made one stays compact):
+# layout: create=true layout=linear refuses it naming layout=compact,
+# layout=auto makes it compact, and a qemu-made one stays compact):
 #  - create=true: the allocated bytes of the new image stay below 16 MiB;
 #  - a qemu-img-made image, first writable open (which gives it the
 #    linear layout): at most 8 MiB + 4 clusters more than qemu-img made;
@@ -13,17 +13,48 @@
 #    16 TiB) and a flush: at most 3 clusters per place (data, L2 table, refcount block)
 #    + 4 more; the image is clean, reads what was written, and maps
 #    every cluster at one guest->host delta (the linear layout).
+# And the end of a disk larger than the file system's largest file
+# (32T: ext4 ends files at 16 TiB): a write at 30T succeeds, qemu reads
+# it back and the image is clean (the linear layout, whose homes would
+# lie past the limit, is not used there, for create=true and for a
+# qemu-made image alike).  Before: the write failed with EFBIG and the
+# image was failed.
 # Each step runs under a 120 s limit that only catches a hang (the
 # times are printed, not judged).  Before the fix: 1T made 32 MiB of
 # refcount blocks at the open, 16T 513 MiB, 64P wrote for minutes.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require qemu-img
+require qemu-io
 require nbdsh
 require timeout
 cd "$T"
 
 allocated () { echo $(($(stat -c '%b * %B' "$1"))); }
+# The largest file this file system holds (ext4: 16 TiB - 4K): lseek
+# past it fails.  A linear layout must end below it, so larger disks
+# stay compact here.
+fsmax=$(/usr/bin/python3 -c '
+import os
+fd = os.open("fsmax.probe", os.O_RDWR | os.O_CREAT)
+lo, hi = 0, 1 << 63
+while hi - lo > 1:
+    mid = (lo + hi) // 2
+    try:
+        os.lseek(fd, mid, os.SEEK_SET); lo = mid
+    except OSError:
+        hi = mid
+print(lo)')
+rm -f fsmax.probe
+echo "largest file here: $fsmax bytes"
+# linear_fits SIZE: 1 if a disk of SIZE (qemu-img's suffixes) can have
+# the linear layout here (1 GiB of room for the metadata below it).
+linear_fits ()
+{
+  local b
+  b=$(numfmt --from=iec "$1")
+  [ "$b" -lt $((fsmax - (1 << 30))) ] && [ "$b" -lt $((1 << 55)) ] && echo 1 || echo 0
+}
 MiB=$((1024 * 1024))
 
 # run LABEL ARGS...: nbdkit over x.qcow2 with a client writing one
@@ -90,18 +121,16 @@ for cs in 65536 2097152; do
     # 64P: D + 64P is past the 2^56 bytes an L2 entry can address, so
     # no linear layout (refused for create=true on a file, not given to
     # a qemu-made image).
-    lay=
     if [ $size = 64P ]; then
       rm -f x.qcow2
       ! "$NBDKIT" -U - "$IMAGE_PLUGIN" file=x.qcow2 format=qcow2 \
-        create=true size=$size cluster-size=$cs --run true 2>err.out ||
+        create=true size=$size cluster-size=$cs layout=linear --run true 2>err.out ||
         fail "a linear 64P image was made"
       grep -q 'layout=compact' err.out || fail "64P: $(cat err.out)"
-      lay=layout=compact
     fi
     rm -f x.qcow2
     run "create=true $size $cs" format=qcow2 create=true size=$size \
-      cluster-size=$cs $lay
+      cluster-size=$cs
     a=$(allocated x.qcow2)
     echo "create=true $size, cs $cs: $elapsed s, allocated $a"
     [ "$a" -le $((16 * MiB)) ] ||
@@ -121,7 +150,21 @@ for cs in 65536 2097152; do
     echo "  8 clusters written: $elapsed s, allocated $a -> $b"
     [ "$b" -le $((a + 8 * 3 * cs + 4 * cs)) ] ||
       fail "qemu-made $size cs $cs: 8 clusters took $a -> $b bytes"
-    verify "qemu-made $size cs $cs" $([ $size = 64P ] && echo 0 || echo 1)
+    verify "qemu-made $size cs $cs" "$(linear_fits $size)"
   done
+done
+
+for how in create qemu; do
+  rm -f x.qcow2
+  args=()
+  if [ $how = create ]; then args=(format=qcow2 create=true size=32T)
+  else "$QEMU_IMG" create -q -f qcow2 x.qcow2 32T; fi
+  timeout 120 "$NBDKIT" -U - "$IMAGE_PLUGIN" file=x.qcow2 "${args[@]}" \
+    --run 'nbdsh -u "$uri" -c "h.pwrite(b\"\\x5a\" * 65536, 30 << 40); h.flush()"' \
+    >end.out 2>&1 || fail "32T ($how): a write at 30T failed: $(tail -3 end.out)"
+  "$QEMU_IMG" check -q x.qcow2 || fail "32T ($how): qemu-img check failed"
+  "$QEMU_IO" -f qcow2 -c 'read -P 0x5a 30T 64k' x.qcow2 | grep -q 'verification failed' &&
+    fail "32T ($how): qemu reads other data at 30T"
+  echo "32T ($how): a write at 30T: ok, allocated $(allocated x.qcow2)"
 done
 echo OK

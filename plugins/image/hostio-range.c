@@ -134,5 +134,6 @@ hostio_range (struct qcow2_hostio *base, uint64_t start, int64_t length)
       r->io.zero = base->zero ? range_zero : NULL;
     }
   r->io.fixed_size = length >= 0 || base->fixed_size;
+  r->io.max_size = base->max_size > start ? base->max_size - start : 0;
   return &r->io;
 }

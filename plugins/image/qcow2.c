@@ -642,6 +642,7 @@ hostio_direct (int fd)
       d->io.zero = dio_zero;
     }
   d->io.fixed_size = d->base->fixed_size;
+  d->io.max_size = d->base->max_size;
   return &d->io;
 }
 
@@ -1323,6 +1324,17 @@ qcow2_glue_create (const char *file, int64_t size, bool force)
   else
     {
       r = qcow2_create (io, &o, &err);
+      /* layout=auto: a disk too large for the linear layout here (the
+       * file system's file size limit, or 56-bit offsets) is made
+       * compact, as an image qemu-img made is kept compact at open.
+       */
+      if (r == -1 && err.errnum == EFBIG && o.linear
+          && layout == QCOW2_LAYOUT_AUTO)
+        {
+          nbdkit_debug ("%s: %s: making it compact", file, err.msg);
+          o.linear = false;
+          r = qcow2_create (io, &o, &err);
+        }
       if (r == -1)
         nbdkit_error ("%s: create=%s: %s", file, how, err.msg);
       qcow2_hostio_close (io);
