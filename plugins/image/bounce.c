@@ -71,9 +71,9 @@ bounce_put (void *p)
     {
       void *expect = NULL;
       if (atomic_load_explicit (&slots[i].p, memory_order_relaxed) == NULL
-          && atomic_compare_exchange_strong_explicit (
-              &slots[i].p, &expect, p, memory_order_release,
-              memory_order_relaxed))
+          && atomic_compare_exchange_strong_explicit (&slots[i].p, &expect, p,
+                                                      memory_order_release,
+                                                      memory_order_relaxed))
         return;
     }
   atomic_fetch_add_explicit (&freed, 1, memory_order_relaxed);
