@@ -8,6 +8,13 @@ imageio_client_SOURCES = imageio-client.c
 imageio_client_CFLAGS = $(BENCH_COMMON_FLAGS)
 imageio_client_LDADD = $(BENCH_COMMON_LIBS)
 EXTRA_DIST += run report.py imageio-client.c
+# imageio-download: the download counterpart (4 connections, 128M
+# regions, block status per region, 8M reads of what is not zero).
+noinst_PROGRAMS += imageio-download
+imageio_download_SOURCES = imageio-download.c
+imageio_download_CFLAGS = $(BENCH_COMMON_FLAGS)
+imageio_download_LDADD = $(BENCH_COMMON_LIBS)
+EXTRA_DIST += imageio-download.c imageio-rw.sh many.sh
 
 .PHONY: bench
 bench: all

@@ -15,7 +15,8 @@ IMAGE_TESTS = \
 	test-image-upload.sh \
 	test-image-probed-raw.sh \
 	test-image-unwritable.sh \
-	test-image-resize.sh
+	test-image-resize.sh \
+	test-image-bounce-pool.sh
 TESTS += $(IMAGE_TESTS)
 EXTRA_DIST += $(IMAGE_TESTS)
 

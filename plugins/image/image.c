@@ -17,6 +17,7 @@
 
 #include "align.h"
 #include "array-size.h"
+#include "bounce.h"
 #include "format.h"
 #include "image-magic.h"
 #include "parse-enum-param.h"
@@ -86,6 +87,7 @@ static const struct enum_param_word create_words[] = {
 static void
 image_unload (void)
 {
+  bounce_pool_free ();
   free (filename);
   free (unwritable_path);
 }

@@ -10,6 +10,7 @@
  */
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -28,6 +29,7 @@
 #endif
 
 #include "align.h"
+#include "bounce.h"
 #include "cleanup.h"
 #include "format.h"
 #include "hostio-range.h"
@@ -299,89 +301,13 @@ resolve_contained (struct q2 *q, const char *referrer, const char *name,
 #define DIO_ALIGN 4096
 #define DIO_LOCKS 64
 
-/* Each thread keeps one bounce buffer of DIO_BOUNCE_KEEP bytes, made on
- * its first unaligned request (nbdkit's worker threads end with their
- * connection; the key's destructor frees it then).  Writes go through
- * it in chunks; a larger read gets a buffer of its own for its
- * duration.  The size: a 2 MiB request (qemu-img's) plus the partial
- * 64K clusters at both ends, written whole, in one chunk; no larger,
- * since every thread of every connection has one (an imageio upload
- * runs 64 threads).
+/* Bounce buffers come from the shared pool (bounce.h): a request that
+ * is not aligned goes through one, a chunk of at most BOUNCE_SIZE at a
+ * time (a fresh buffer for every large request would cost an mmap, page
+ * faults and an munmap each).
  */
-#define DIO_BOUNCE_KEEP (2 * 1024 * 1024 + 128 * 1024)
-
-struct bounce
-{
-  void *p;
-  size_t len;
-};
-
-static pthread_key_t bounce_key;
-static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
-static int bounce_key_err;
-
-static void
-free_bounce (void *v)
-{
-  struct bounce *b = v;
-
-  free (b->p);
-  free (b);
-}
-
-static void
-make_bounce_key (void)
-{
-  bounce_key_err = pthread_key_create (&bounce_key, free_bounce);
-}
-
-/* An aligned buffer of len bytes; *owned: the caller frees it. */
-static void *
-get_bounce (size_t len, bool *owned)
-{
-  struct bounce *b;
-  size_t n;
-  void *p;
-
-  *owned = false;
-  if (len <= DIO_BOUNCE_KEEP
-      && pthread_once (&bounce_once, make_bounce_key) == 0
-      && bounce_key_err == 0)
-    {
-      b = pthread_getspecific (bounce_key);
-      if (b == NULL)
-        {
-          b = calloc (1, sizeof *b);
-          if (b == NULL)
-            return NULL;
-          if (pthread_setspecific (bounce_key, b) != 0)
-            {
-              free (b);
-              return NULL;
-            }
-        }
-      if (b->len < len)
-        {
-          /* The whole size at once: growing in steps would fault the
-           * pages in again after each step.  Only the pages a request
-           * touches become resident.
-           */
-          n = DIO_BOUNCE_KEEP;
-          free (b->p);
-          b->p = NULL;
-          b->len = 0;
-          if (posix_memalign (&p, DIO_ALIGN, n) != 0)
-            return NULL;
-          b->p = p;
-          b->len = n;
-        }
-      return b->p;
-    }
-  if (posix_memalign (&p, DIO_ALIGN, len) != 0)
-    return NULL;
-  *owned = true;
-  return p;
-}
+static_assert (BOUNCE_ALIGN % DIO_ALIGN == 0 && BOUNCE_SIZE % DIO_ALIGN == 0,
+               "pool buffers must suit O_DIRECT");
 
 struct dio
 {
@@ -422,30 +348,40 @@ static int
 dio_pread (struct qcow2_hostio *io, void *buf, size_t count, uint64_t offset)
 {
   struct dio *d = (struct dio *)io;
+  const uint64_t end = offset + count;
   uint64_t s = ROUND_DOWN (offset, DIO_ALIGN);
-  uint64_t e = ROUND_UP (offset + count, DIO_ALIGN);
+  const uint64_t e = ROUND_UP (end, DIO_ALIGN);
+  char *p = buf, *b;
   size_t got;
-  bool owned;
-  void *b;
-  int r;
+  int r = 0;
 
   if (count == 0)
     return 0;
-  if (s == offset && e == offset + count && (uintptr_t)buf % DIO_ALIGN == 0)
+  if (s == offset && e == end && (uintptr_t)buf % DIO_ALIGN == 0)
     {
       r = dio_read_raw (d, buf, count, offset, &got);
       return r == 0 && got < count ? -EIO : r;
     }
-  b = get_bounce (e - s, &owned);
+  b = bounce_get ();
   if (b == NULL)
     return -ENOMEM;
-  r = dio_read_raw (d, b, e - s, s, &got);
-  if (r == 0 && got < offset + count - s)
-    r = -EIO; /* callers never read past the end */
-  if (r == 0)
-    memcpy (buf, (char *)b + (offset - s), count);
-  if (owned)
-    free (b);
+  /* Chunk by chunk: [cs, ce) read aligned, its part of the request
+   * copied out.
+   */
+  while (r == 0 && s < e)
+    {
+      uint64_t ce = e - s < BOUNCE_SIZE ? e : s + BOUNCE_SIZE;
+      uint64_t ds = s > offset ? s : offset, de = ce < end ? ce : end;
+
+      r = dio_read_raw (d, b, ce - s, s, &got);
+      if (r == 0 && got < de - s)
+        r = -EIO; /* callers never read past the end */
+      if (r == 0)
+        memcpy (p, b + (ds - s), de - ds);
+      p += de - ds;
+      s = ce;
+    }
+  bounce_put (b);
   return r;
 }
 
@@ -495,9 +431,8 @@ gather (struct iov_cursor *c, char *dst, size_t n)
     }
 }
 
-/* An unaligned write goes through the thread's bounce buffer, a chunk
- * of at most DIO_BOUNCE_KEEP at a time (a fresh buffer for every large
- * request would cost an mmap, page faults and an munmap each).
+/* An unaligned write goes through a pool buffer, a chunk of at most
+ * BOUNCE_SIZE at a time.
  */
 static int
 dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
@@ -508,7 +443,7 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
   size_t count = 0, got, chunk;
   uint64_t s, e, cs, ce, end;
   unsigned l1, l2;
-  bool head, tail, owned;
+  bool head, tail;
   char *b;
   int i, r = 0;
 
@@ -523,8 +458,8 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
   e = ROUND_UP (end, DIO_ALIGN);
   head = s != offset;
   tail = e != end;
-  chunk = e - s < DIO_BOUNCE_KEEP ? e - s : DIO_BOUNCE_KEEP;
-  b = get_bounce (chunk, &owned);
+  chunk = e - s < BOUNCE_SIZE ? e - s : BOUNCE_SIZE;
+  b = bounce_get ();
   if (b == NULL)
     return -ENOMEM;
   l1 = (s / DIO_ALIGN) % DIO_LOCKS;
@@ -568,8 +503,7 @@ dio_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int iovcnt,
       if (z != a)
         pthread_mutex_unlock (&d->locks[z]);
     }
-  if (owned)
-    free (b);
+  bounce_put (b);
   return r;
 }
 

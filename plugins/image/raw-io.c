@@ -7,7 +7,8 @@
  *
  *  - aligned requests from aligned buffers go straight to the kernel;
  *  - aligned requests from unaligned buffers are copied through a
- *    per-thread bounce buffer (nbdkit does not promise aligned buffers);
+ *    bounce buffer from the shared pool (bounce.h; nbdkit's buffers are
+ *    not aligned), in chunks of its size;
  *  - a partial sector (here: a unit of the O_DIRECT alignment,
  *    raw->align, the larger of the device's logical sector and what the
  *    file system asks for) at either end of a request is read, patched and
@@ -33,14 +34,14 @@
 #include <unistd.h>
 
 #include "align.h"
+#include "bounce.h"
 #include "raw.h"
 
-/* Per-thread bounce buffer size.  Chunks larger requests; one sector of
- * any alignment raw.c accepts (at most RAW_MAX_ALIGN, 4 KiB) fits, and
- * the buffer's own alignment satisfies any memory alignment it accepts.
+/* Bounce buffers come from the shared pool (bounce.c); larger requests
+ * are copied through one in chunks.  One sector of any alignment raw.c
+ * accepts (at most RAW_MAX_ALIGN, 4 KiB) fits, and the buffer's own
+ * alignment satisfies any memory alignment it accepts.
  */
-#define BOUNCE_SIZE (2 * 1024 * 1024)
-#define BOUNCE_ALIGN 4096
 static_assert (BOUNCE_SIZE >= RAW_MAX_ALIGN && BOUNCE_ALIGN >= RAW_MAX_ALIGN
                    && BOUNCE_SIZE % RAW_MAX_ALIGN == 0,
                "bounce buffer too small for the largest O_DIRECT alignment");
@@ -51,45 +52,15 @@ static_assert (BOUNCE_SIZE >= RAW_MAX_ALIGN && BOUNCE_ALIGN >= RAW_MAX_ALIGN
 #define ZERO_BUF_SIZE (1024 * 1024)
 static char zero_buf[ZERO_BUF_SIZE] __attribute__ ((aligned (BOUNCE_ALIGN)));
 
-static pthread_key_t bounce_key;
-
-int
-raw_io_init (void)
+/* A request takes at most one pool buffer, on first need, and gives it
+ * back when it is done (bounce_put (NULL) is a no-op).
+ */
+static char *
+need_bounce (char **bounce)
 {
-  /* nbdkit's worker threads end with their connection, and the key's
-   * destructor frees each thread's bounce buffer then.
-   */
-  int err = pthread_key_create (&bounce_key, free);
-  if (err)
-    {
-      errno = err;
-      return -1;
-    }
-  return 0;
-}
-
-static void *
-get_bounce (void)
-{
-  void *p = pthread_getspecific (bounce_key);
-  int err;
-
-  if (p)
-    return p;
-  err = posix_memalign (&p, BOUNCE_ALIGN, BOUNCE_SIZE);
-  if (err)
-    {
-      errno = err;
-      return NULL;
-    }
-  err = pthread_setspecific (bounce_key, p);
-  if (err)
-    {
-      free (p);
-      errno = err;
-      return NULL;
-    }
-  return p;
+  if (*bounce == NULL)
+    *bounce = bounce_get ();
+  return *bounce;
 }
 
 /* Read exactly count bytes.  Reaching end of file is an error (EIO):
@@ -179,22 +150,20 @@ ptr_aligned (const struct raw *raw, const void *p)
 
 /* O_DIRECT read of whole sectors (offset and count aligned). */
 static int
-dio_read_aligned (struct raw *raw, char *buf, uint32_t count, uint64_t offset)
+dio_read_aligned (struct raw *raw, char *buf, uint32_t count, uint64_t offset,
+                  char **bounce)
 {
-  char *bounce;
-
   if (ptr_aligned (raw, buf))
     return full_pread (raw->fd, buf, count, offset);
 
-  bounce = get_bounce ();
-  if (bounce == NULL)
+  if (need_bounce (bounce) == NULL)
     return -1;
   while (count > 0)
     {
       uint32_t n = MIN (count, BOUNCE_SIZE);
-      if (full_pread (raw->fd, bounce, n, offset) == -1)
+      if (full_pread (raw->fd, *bounce, n, offset) == -1)
         return -1;
-      memcpy (buf, bounce, n);
+      memcpy (buf, *bounce, n);
       buf += n;
       count -= n;
       offset += n;
@@ -204,17 +173,16 @@ dio_read_aligned (struct raw *raw, char *buf, uint32_t count, uint64_t offset)
 
 /* O_DIRECT read of any range inside [0, tail_start). */
 static int
-dio_read (struct raw *raw, char *buf, uint32_t count, uint64_t offset)
+dio_read (struct raw *raw, char *buf, uint32_t count, uint64_t offset,
+          char **bounce)
 {
   const uint32_t a = raw->align;
   uint64_t end = offset + count;
-  char *bounce;
 
   if (IS_ALIGNED (offset, a) && IS_ALIGNED (end, a))
-    return dio_read_aligned (raw, buf, count, offset);
+    return dio_read_aligned (raw, buf, count, offset, bounce);
 
-  bounce = get_bounce ();
-  if (bounce == NULL)
+  if (need_bounce (bounce) == NULL)
     return -1;
 
   if (!IS_ALIGNED (offset, a))
@@ -222,9 +190,9 @@ dio_read (struct raw *raw, char *buf, uint32_t count, uint64_t offset)
       uint64_t s = ROUND_DOWN (offset, a);
       uint32_t n = MIN (end, s + a) - offset;
 
-      if (full_pread (raw->fd, bounce, a, s) == -1)
+      if (full_pread (raw->fd, *bounce, a, s) == -1)
         return -1;
-      memcpy (buf, bounce + (offset - s), n);
+      memcpy (buf, *bounce + (offset - s), n);
       buf += n;
       offset += n;
       count -= n;
@@ -233,7 +201,7 @@ dio_read (struct raw *raw, char *buf, uint32_t count, uint64_t offset)
     {
       uint32_t n = ROUND_DOWN (end, a) - offset;
 
-      if (dio_read_aligned (raw, buf, n, offset) == -1)
+      if (dio_read_aligned (raw, buf, n, offset, bounce) == -1)
         return -1;
       buf += n;
       offset += n;
@@ -241,9 +209,9 @@ dio_read (struct raw *raw, char *buf, uint32_t count, uint64_t offset)
     }
   if (count > 0)
     {
-      if (full_pread (raw->fd, bounce, a, offset) == -1)
+      if (full_pread (raw->fd, *bounce, a, offset) == -1)
         return -1;
-      memcpy (buf, bounce, count);
+      memcpy (buf, *bounce, count);
     }
   return 0;
 }
@@ -251,21 +219,18 @@ dio_read (struct raw *raw, char *buf, uint32_t count, uint64_t offset)
 /* O_DIRECT write of whole sectors (offset and count aligned). */
 static int
 dio_write_aligned (struct raw *raw, const char *buf, uint32_t count,
-                   uint64_t offset, bool fua)
+                   uint64_t offset, bool fua, char **bounce)
 {
-  char *bounce;
-
   if (ptr_aligned (raw, buf))
     return full_pwrite (raw, raw->fd, buf, count, offset, fua);
 
-  bounce = get_bounce ();
-  if (bounce == NULL)
+  if (need_bounce (bounce) == NULL)
     return -1;
   while (count > 0)
     {
       uint32_t n = MIN (count, BOUNCE_SIZE);
-      memcpy (bounce, buf, n);
-      if (full_pwrite (raw, raw->fd, bounce, n, offset, fua) == -1)
+      memcpy (*bounce, buf, n);
+      if (full_pwrite (raw, raw->fd, *bounce, n, offset, fua) == -1)
         return -1;
       buf += n;
       count -= n;
@@ -277,22 +242,21 @@ dio_write_aligned (struct raw *raw, const char *buf, uint32_t count,
 /* Replace n bytes at byte 'skip' of the sector at 'sector_off' by src. */
 static int
 dio_rmw (struct raw *raw, uint64_t sector_off, const char *src, uint32_t skip,
-         uint32_t n, bool fua)
+         uint32_t n, bool fua, char **bounce)
 {
   const uint32_t a = raw->align;
   pthread_mutex_t *lock
       = &raw->sector_locks[(sector_off / a) % RAW_SECTOR_LOCKS];
-  char *bounce = get_bounce ();
   int r, err;
 
-  if (bounce == NULL)
+  if (need_bounce (bounce) == NULL)
     return -1;
   pthread_mutex_lock (lock);
-  r = full_pread (raw->fd, bounce, a, sector_off);
+  r = full_pread (raw->fd, *bounce, a, sector_off);
   if (r == 0)
     {
-      memcpy (bounce + skip, src, n);
-      r = full_pwrite (raw, raw->fd, bounce, a, sector_off, fua);
+      memcpy (*bounce + skip, src, n);
+      r = full_pwrite (raw, raw->fd, *bounce, a, sector_off, fua);
     }
   err = errno;
   pthread_mutex_unlock (lock);
@@ -303,7 +267,7 @@ dio_rmw (struct raw *raw, uint64_t sector_off, const char *src, uint32_t skip,
 /* O_DIRECT write of any range inside [0, tail_start). */
 static int
 dio_write (struct raw *raw, const char *buf, uint32_t count, uint64_t offset,
-           bool fua)
+           bool fua, char **bounce)
 {
   const uint32_t a = raw->align;
   uint64_t end = offset + count;
@@ -313,7 +277,7 @@ dio_write (struct raw *raw, const char *buf, uint32_t count, uint64_t offset,
       uint64_t s = ROUND_DOWN (offset, a);
       uint32_t n = MIN (end, s + a) - offset;
 
-      if (dio_rmw (raw, s, buf, offset - s, n, fua) == -1)
+      if (dio_rmw (raw, s, buf, offset - s, n, fua, bounce) == -1)
         return -1;
       buf += n;
       offset += n;
@@ -323,15 +287,26 @@ dio_write (struct raw *raw, const char *buf, uint32_t count, uint64_t offset,
     {
       uint32_t n = ROUND_DOWN (end, a) - offset;
 
-      if (dio_write_aligned (raw, buf, n, offset, fua) == -1)
+      if (dio_write_aligned (raw, buf, n, offset, fua, bounce) == -1)
         return -1;
       buf += n;
       offset += n;
       count -= n;
     }
   if (count > 0)
-    return dio_rmw (raw, offset, buf, 0, count, fua);
+    return dio_rmw (raw, offset, buf, 0, count, fua, bounce);
   return 0;
+}
+
+/* The pool buffer a request took goes back, errno kept. */
+static int
+put_bounce (char *bounce, int r)
+{
+  int err = errno;
+
+  bounce_put (bounce);
+  errno = err;
+  return r;
 }
 
 int
@@ -347,7 +322,9 @@ raw_read_bytes (struct raw *raw, void *buf, uint32_t count, uint64_t offset)
   if (offset < tail)
     {
       uint32_t n = MIN (offset + count, tail) - offset;
-      if (dio_read (raw, p, n, offset) == -1)
+      char *bounce = NULL;
+      int r = dio_read (raw, p, n, offset, &bounce);
+      if (put_bounce (bounce, r) == -1)
         return -1;
       p += n;
       offset += n;
@@ -372,7 +349,9 @@ raw_write_bytes (struct raw *raw, const void *buf, uint32_t count,
   if (offset < tail)
     {
       uint32_t n = MIN (offset + count, tail) - offset;
-      if (dio_write (raw, p, n, offset, fua) == -1)
+      char *bounce = NULL;
+      int r = dio_write (raw, p, n, offset, fua, &bounce);
+      if (put_bounce (bounce, r) == -1)
         return -1;
       p += n;
       offset += n;

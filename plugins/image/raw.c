@@ -168,20 +168,9 @@ take_size (struct raw *raw)
 static void *
 raw_open (const struct image_options *opts)
 {
-  static bool io_initialized;
   struct raw *raw;
   struct stat st;
   int dflag = opts->cache == CACHE_NONE ? O_DIRECT : 0;
-
-  if (!io_initialized)
-    {
-      if (raw_io_init () == -1)
-        {
-          nbdkit_error ("pthread_key_create: %m");
-          return NULL;
-        }
-      io_initialized = true;
-    }
 
   raw = calloc (1, sizeof *raw);
   if (raw == NULL)

@@ -3,7 +3,8 @@
  *
  * raw.c        opening, feature queries, zero/trim/extents/cache/flush
  * raw-io.c     byte-exact read and write, buffered or O_DIRECT (with
- *              bounce buffers and read-modify-write of partial sectors)
+ *              pooled bounce buffers, bounce.h, and read-modify-write of
+ *              partial sectors)
  */
 #ifndef NBDSTACK_IMAGE_RAW_H
 #define NBDSTACK_IMAGE_RAW_H
@@ -82,7 +83,6 @@ raw_tail_start (struct raw *raw)
 }
 
 /* raw-io.c.  All return 0, or -1 with errno set (no nbdkit_error). */
-extern int raw_io_init (void);
 extern int raw_read_bytes (struct raw *raw, void *buf, uint32_t count,
                            uint64_t offset);
 extern int raw_write_bytes (struct raw *raw, const void *buf, uint32_t count,
