@@ -33,12 +33,12 @@ test_qcow2_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)
 
 # The write side of the library, layer by layer (see lib/WRITING.md).
 check_PROGRAMS += test-qcow2-write-unit
-test_qcow2_write_unit_SOURCES = test-qcow2-write-unit.c
+test_qcow2_write_unit_SOURCES = test-qcow2-write-unit.c unit-check.h
 # Also links the library under test.
 test_qcow2_write_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)
 
 # The metadata map behind the overlap checks (lib/overlap.c).
 check_PROGRAMS += test-qcow2-overlap-unit
-test_qcow2_overlap_unit_SOURCES = test-qcow2-overlap-unit.c
+test_qcow2_overlap_unit_SOURCES = test-qcow2-overlap-unit.c unit-check.h
 # Also links the library under test.
 test_qcow2_overlap_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)

@@ -79,26 +79,7 @@
 #include <unistd.h>
 
 #include "qcow2-internal.h"
-
-static void __attribute__ ((noreturn, format (printf, 1, 2)))
-die (const char *fs, ...)
-{
-  va_list args;
-
-  va_start (args, fs);
-  vfprintf (stderr, fs, args);
-  va_end (args);
-  fputc ('\n', stderr);
-  exit (EXIT_FAILURE);
-}
-
-#define CHECK(cond)                                                            \
-  do                                                                           \
-    {                                                                          \
-      if (!(cond))                                                             \
-        die ("%s:%d: check failed: %s", __FILE__, __LINE__, #cond);            \
-    }                                                                          \
-  while (0)
+#include "unit-check.h"
 
 /* r == 0, else die naming the call. */
 #define OK(call)                                                               \
