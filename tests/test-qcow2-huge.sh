@@ -75,7 +75,7 @@ if os.environ[\"WRITE\"] == \"1\":
     h.flush()
 "' >run.out 2>&1 || fail "$label: $(tail -5 run.out)"
   t1=$(date +%s.%N)
-  elapsed=$(echo "$t1 - $t0" | bc)
+  elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
 }
 
 verify ()
