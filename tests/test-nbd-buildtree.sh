@@ -28,9 +28,9 @@ stop_fg b
 [ "$exit_status" = 0 ] || fail "exit status $exit_status"
 
 # Outside a build tree: the installed plugin, or an error naming it.
-mkdir "$T/bin"
-cp "$NBDSTACK_NBD" "$T/bin/nbdstack-nbd"
-out=$(NBDSTACK_NBD_DRY_RUN=1 "$T/bin/nbdstack-nbd" -t -k "$T/c.sock" -f raw "$img" 2>&1) || :
+mkdir "$T/copy"
+cp "$NBDSTACK_NBD" "$T/copy/nbdstack-nbd"
+out=$(NBDSTACK_NBD_DRY_RUN=1 "$T/copy/nbdstack-nbd" -t -k "$T/c.sock" -f raw "$img" 2>&1) || :
 ! grep -qF "$abs_top_builddir/" <<<"$out" ||
   fail "a copy outside the build tree still used the build tree: $out"
 echo "from the build tree: $abs_top_builddir's plugin and filters; a copy elsewhere: not"
