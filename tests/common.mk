@@ -6,6 +6,7 @@ COMMON_TESTS = \
 	test-common-cleanup \
 	test-common-image-magic \
 	test-common-is-zero \
+	test-common-param-table \
 	test-common-parse-enum-param \
 	test-common-parse-size-arg \
 	test-common-parse-size-param \
@@ -19,6 +20,7 @@ test_common_array_size_SOURCES = test-common-array-size.c
 test_common_cleanup_SOURCES = test-common-cleanup.c
 test_common_image_magic_SOURCES = test-common-image-magic.c
 test_common_is_zero_SOURCES = test-common-is-zero.c
+test_common_param_table_SOURCES = test-common-param-table.c
 test_common_parse_enum_param_SOURCES = test-common-parse-enum-param.c
 test_common_parse_size_arg_SOURCES = test-common-parse-size-arg.c
 test_common_parse_size_param_SOURCES = test-common-parse-size-param.c

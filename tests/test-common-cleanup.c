@@ -9,6 +9,8 @@
 
 #undef NDEBUG
 #include <assert.h>
+#include <errno.h>
+#include <pthread.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +91,46 @@ reassigned (void)
   sink = p;
 }
 
+static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t rwlock = PTHREAD_RWLOCK_INITIALIZER;
+
+/* Held inside the scope (trylock fails), given back on every way out. */
+static int
+locked_scope (int stop)
+{
+  for (int i = 0; i < 4; ++i)
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&mutex);
+      assert (pthread_mutex_trylock (&mutex) == EBUSY);
+      if (i == stop)
+        return i;
+    }
+  return -1;
+}
+
+static void
+rwlocked_scopes (void)
+{
+  {
+    ACQUIRE_RDLOCK_FOR_CURRENT_SCOPE (&rwlock);
+    ACQUIRE_RDLOCK_FOR_CURRENT_SCOPE (&rwlock); /* shared: nests */
+    assert (pthread_rwlock_trywrlock (&rwlock) == EBUSY);
+  }
+  {
+    ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&rwlock);
+    assert (pthread_rwlock_tryrdlock (&rwlock) == EBUSY);
+  }
+}
+
+static void
+assert_unlocked (void)
+{
+  assert (pthread_mutex_trylock (&mutex) == 0);
+  assert (pthread_mutex_unlock (&mutex) == 0);
+  assert (pthread_rwlock_trywrlock (&rwlock) == 0);
+  assert (pthread_rwlock_unlock (&rwlock) == 0);
+}
+
 static void
 null_pointer (void)
 {
@@ -122,6 +164,13 @@ main (void)
 
   null_pointer ();
   assert (allocated () == before);
+
+  assert (locked_scope (2) == 2);
+  assert_unlocked ();
+  assert (locked_scope (99) == -1);
+  assert_unlocked ();
+  rwlocked_scopes ();
+  assert_unlocked ();
 
   printf ("PASS: cleanup\n");
   return 0;
