@@ -52,4 +52,19 @@ param_find (const struct param_spec *t, size_t n, const char *key)
   return NULL;
 }
 
+/* Define a filter's .config callback NAME: a key that TABLE (an array
+ * of struct param_spec) lists is the filter's own and is set by
+ * SET (key, value), which returns 0 or -1 after nbdkit_error; any other
+ * key goes on to the next layer.  Expanded in the filter, so this
+ * header still needs nothing of nbdkit.
+ */
+#define PARAM_FILTER_CONFIG(name, table, set)                                  \
+  static int name (nbdkit_next_config *next, nbdkit_backend *nxdata,           \
+                   const char *key, const char *value)                         \
+  {                                                                            \
+    if (param_find (table, sizeof table / sizeof table[0], key) == NULL)       \
+      return next (nxdata, key, value);                                        \
+    return set (key, value);                                                   \
+  }
+
 #endif /* NBDSTACK_PARAM_TABLE_H */

@@ -4,6 +4,7 @@ COMMON_TESTS = \
 	test-common-align \
 	test-common-array-size \
 	test-common-cleanup \
+	test-common-fua-plan \
 	test-common-image-magic \
 	test-common-is-zero \
 	test-common-param-table \
@@ -18,6 +19,7 @@ check_PROGRAMS += $(COMMON_TESTS)
 test_common_align_SOURCES = test-common-align.c
 test_common_array_size_SOURCES = test-common-array-size.c
 test_common_cleanup_SOURCES = test-common-cleanup.c
+test_common_fua_plan_SOURCES = test-common-fua-plan.c
 test_common_image_magic_SOURCES = test-common-image-magic.c
 test_common_is_zero_SOURCES = test-common-is-zero.c
 test_common_param_table_SOURCES = test-common-param-table.c
