@@ -17,6 +17,10 @@
  * zero/trim/direct write in progress IV_ZOMBIE, and a later request
  * that overlaps any of them waits, so an older write never lands after
  * a newer one.
+ *
+ * The bottom of the stack (buffer.h): nothing here calls up into
+ * write-back or the callbacks.  It reads the failure state writeback.c
+ * keeps in co (a full buffer does not wait for a failing plugin).
  */
 #include <config.h>
 
@@ -30,9 +34,12 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "buffer.h"
+#include "cleanup.h"
 #include "coalesce.h"
 
-void
+/* [a, b) left the buffer, or changed below it (see REMOVAL_LOG). */
+static void
 buffer_log_removal (uint64_t a, uint64_t b)
 {
   co.removals[co.removal_gen % REMOVAL_LOG].start = a;
@@ -233,28 +240,19 @@ mark_dirty (size_t idx)
     pthread_cond_broadcast (&co.changed);
 }
 
-/* Copy a write into the buffer and acknowledge it.  *fail_gen_at_ack
- * is the failure generation at that moment, read under the lock: a
- * writethrough writer compares it with later ones to learn whether a
- * group commit failed its data.
+/* Back-pressure: never grow past coalesce-size.  Returns (lock held)
+ * once [a, b) fits in the buffer and nothing there is busy: both must
+ * hold at once, and waiting for either drops the lock.  -1 with *err
+ * when the plugin is failing and the buffer is full.
  */
-int
-buffer_write (const void *buf, uint32_t count, uint64_t offset,
-              uint64_t *fail_gen_at_ack, int *err)
+static int
+wait_for_room (uint64_t a, uint64_t b, int *err)
 {
-  const uint64_t a = offset, b = offset + count;
-  uint64_t charge;
-  uint64_t inherited;
-  size_t idx;
-
-  pthread_mutex_lock (&co.lock);
-  /* Back-pressure: never grow past coalesce-size.  Both conditions
-   * must hold at once, and waiting for either drops the lock.
-   */
   for (;;)
     {
       /* (The page size may change whenever the lock is dropped.) */
-      charge = iv_charge (&co.set, a, b);
+      uint64_t charge = iv_charge (&co.set, a, b);
+
       if (co.set.charged + charge > co.buffer_limit)
         {
           struct timespec t0, t1;
@@ -264,7 +262,6 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
                * be forever, so fail this write instead of hanging.
                */
               *err = co.last_err;
-              pthread_mutex_unlock (&co.lock);
               return -1;
             }
           now (&t0);
@@ -283,12 +280,29 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
           buffer_wait_changed ();
           continue;
         }
-      break;
+      return 0;
     }
+}
+
+/* Copy a write into the buffer and acknowledge it.  *fail_gen_at_ack
+ * is the failure generation at that moment, read under the lock: a
+ * writethrough writer compares it with later ones to learn whether a
+ * group commit failed its data.
+ */
+int
+buffer_write (const void *buf, uint32_t count, uint64_t offset,
+              uint64_t *fail_gen_at_ack, int *err)
+{
+  const uint64_t a = offset, b = offset + count;
+  uint64_t inherited;
+  size_t idx;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+  if (wait_for_room (a, b, err) == -1)
+    return -1;
   if (ivset_reserve (&co.set, 2) == -1)
     {
       *err = ENOMEM;
-      pthread_mutex_unlock (&co.lock);
       return -1;
     }
   /* The bytes this write replaces may be owed to a flush that is in
@@ -302,7 +316,9 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
           .start = a, .end = b, .oldest = inherited, .state = IV_FILLING });
 
   /* Copy the payload without the lock: the range is IV_FILLING, so no
-   * one else writes it and its pages cannot be released.
+   * one else writes it and its pages cannot be released.  The scope's
+   * lock is dropped around the copy on purpose (a large copy must not
+   * stall every other request), and taken again before the scope ends.
    */
   if (count >= 65536)
     {
@@ -320,105 +336,59 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
   co.set.v[idx].oldest = MIN (inherited, co.seq);
   mark_dirty (idx);
   *fail_gen_at_ack = co.fail_gen;
-  pthread_mutex_unlock (&co.lock);
   return 0;
 }
 
-/* Zero, trim, or a write too big to buffer: take the buffered data in
- * [a, b) out of write-back (it must never land after this request),
- * call below, then drop it.  Until then readers keep seeing it and
- * flushes wait for it (the pieces keep their sequence numbers); if the
- * request fails, nothing changed below and the pieces are dirty again.
+/* For a zero, trim or direct write (direct.c): take the buffered data
+ * in [a, b) out of write-back (it must never land after that request)
+ * until buffer_settle.  Until then readers keep seeing it and flushes
+ * wait for it (the pieces keep their sequence numbers).
  */
 int
-buffer_direct (struct order_stream *stream, bool large, enum direct_op op,
-               const void *buf, uint32_t count, uint64_t offset, uint32_t flags,
-               int *err)
+buffer_take_out (uint64_t a, uint64_t b, struct iv **pieces_out, size_t *n_out,
+                 int *err)
 {
-  const uint64_t a = offset, b = offset + count;
-  nbdkit_next *below = co.below;
+  struct iv *pieces;
   size_t i, n, idx;
-  struct iv *pieces = NULL;
-  int r;
 
-  pthread_mutex_lock (&co.lock);
+  *pieces_out = NULL;
+  *n_out = 0;
   wait_not_busy (a, b);
   n = ivset_count_overlaps (&co.set, a, b);
-  if (n > 0)
+  if (n == 0)
+    return 0;
+  pieces = malloc (n * sizeof *pieces);
+  if (pieces == NULL || ivset_reserve (&co.set, n + 1) == -1)
     {
-      pieces = malloc (n * sizeof *pieces);
-      if (pieces == NULL || ivset_reserve (&co.set, n + 1) == -1)
-        {
-          *err = ENOMEM;
-          pthread_mutex_unlock (&co.lock);
-          free (pieces);
-          return -1;
-        }
-      idx = ivset_carve (&co.set, a, b, pieces, &n);
-      for (i = 0; i < n; ++i)
-        {
-          pieces[i].state = IV_ZOMBIE;
-          ivset_insert (&co.set, idx + i, pieces[i]);
-          co.zeroes_dropped_bytes += pieces[i].end - pieces[i].start;
-        }
+      *err = ENOMEM;
+      free (pieces);
+      return -1;
     }
-  if (op == OP_WRITE)
-    {
-      co.writes_in++;
-      co.bytes_in += count;
-      co.direct_writes++;
-      co.direct_bytes += count;
-    }
-  co.direct_inflight++;
-  pthread_mutex_unlock (&co.lock);
-  order_note (stream, a, b, large, op == OP_WRITE);
-
-  switch (op)
-    {
-    case OP_ZERO:
-      r = CALL_BELOW (below->zero (below, count, offset, flags, err));
-      break;
-    case OP_TRIM:
-      /* A plugin may trim only whole blocks and leave the edges of the
-       * range as they are; those edges must then hold the newest data,
-       * as they would without the buffer.  So the buffered pieces go
-       * down first (trims of buffered data are rare: a client does not
-       * write what it is about to discard).
-       */
-      r = 0;
-      for (i = 0; i < n && r == 0; ++i)
-        r = writeback_write_down (pieces[i].start, pieces[i].end, err);
-      if (r == 0)
-        r = CALL_BELOW (below->trim (below, count, offset, flags, err));
-      break;
-    default:
-      r = 0;
-      for (uint64_t off = a; off < b && r == 0;)
-        {
-          uint32_t c = MIN (b - off, (uint64_t)co.max_write);
-          r = CALL_BELOW (below->pwrite (below, (const char *)buf + (off - a),
-                                         c, off, flags & NBDKIT_FLAG_FUA, err));
-          off += c;
-        }
-      break;
-    }
-
-  pthread_mutex_lock (&co.lock);
-  co.direct_inflight--;
-  if (r == 0 && !(flags & NBDKIT_FLAG_FUA))
-    co.wgen++;
-  if (op == OP_WRITE)
-    {
-      if (r == 0)
-        writeback_note_success ();
-      else
-        writeback_note_failure (*err);
-    }
+  idx = ivset_carve (&co.set, a, b, pieces, &n);
   for (i = 0; i < n; ++i)
     {
-      idx = buffer_find_exact (pieces[i].start);
+      pieces[i].state = IV_ZOMBIE;
+      ivset_insert (&co.set, idx + i, pieces[i]);
+      co.zeroes_dropped_bytes += pieces[i].end - pieces[i].start;
+    }
+  *pieces_out = pieces;
+  *n_out = n;
+  return 0;
+}
+
+/* The request is done: if it succeeded the plugin holds the newest
+ * data and the pieces go; if it failed, nothing changed below and the
+ * pieces are dirty again.
+ */
+void
+buffer_settle (uint64_t a, uint64_t b, const struct iv *pieces, size_t n,
+               bool ok)
+{
+  for (size_t i = 0; i < n; ++i)
+    {
+      size_t idx = buffer_find_exact (pieces[i].start);
       assert (co.set.v[idx].state == IV_ZOMBIE);
-      if (r == 0)
+      if (ok)
         buffer_release_and_remove (idx);
       else
         {
@@ -426,7 +396,7 @@ buffer_direct (struct order_stream *stream, bool large, enum direct_op op,
           ivset_merge (&co.set, idx);
         }
     }
-  if (r == 0 && n == 0)
+  if (ok && n == 0)
     {
       /* A read that looked below before this changed the plugin must not
        * mix old plugin data with nothing: log the range as changed.
@@ -434,9 +404,6 @@ buffer_direct (struct order_stream *stream, bool large, enum direct_op op,
       buffer_log_removal (a, b);
     }
   pthread_cond_broadcast (&co.changed);
-  pthread_mutex_unlock (&co.lock);
-  free (pieces);
-  return r;
 }
 
 /* Read below, then lay the buffer over it. */
@@ -452,36 +419,30 @@ buffer_read (void *buf, uint32_t count, uint64_t offset, int *err)
       uint64_t gen, covered = 0;
       size_t i, first;
       bool locked_read = tries >= 8;
+      int r;
 
-      pthread_mutex_lock (&co.lock);
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
       first = ivset_find (&co.set, offset);
       for (i = first; i < co.set.len && co.set.v[i].start < end; ++i)
         covered += MIN (co.set.v[i].end, end) - MAX (co.set.v[i].start, offset);
       if (covered < count)
         {
           gen = co.removal_gen;
-          /* After repeated races with write-back (only under a sustained
-           * stream of completions over this very range) read below with the
-           * lock held, which cannot race.
+          /* The scope's lock is dropped around the read below on purpose
+           * (reads must not stall the buffer), except after repeated
+           * races with write-back (only under a sustained stream of
+           * completions over this very range): then the read below is
+           * done with the lock held, which cannot race.
            */
           if (!locked_read)
             pthread_mutex_unlock (&co.lock);
-          if (CALL_BELOW (below->pread (below, buf, count, offset, 0, err))
-              == -1)
-            {
-              if (locked_read)
-                pthread_mutex_unlock (&co.lock);
-              return -1;
-            }
+          r = CALL_BELOW (below->pread (below, buf, count, offset, 0, err));
           if (!locked_read)
-            {
-              pthread_mutex_lock (&co.lock);
-              if (removed_since (gen, offset, end))
-                {
-                  pthread_mutex_unlock (&co.lock);
-                  continue;
-                }
-            }
+            pthread_mutex_lock (&co.lock);
+          if (r == -1)
+            return -1;
+          if (!locked_read && removed_since (gen, offset, end))
+            continue;
           first = ivset_find (&co.set, offset);
         }
       for (i = first; i < co.set.len && co.set.v[i].start < end; ++i)
@@ -490,7 +451,6 @@ buffer_read (void *buf, uint32_t count, uint64_t offset, int *err)
           uint64_t b = MIN (co.set.v[i].end, end);
           memcpy ((char *)buf + (a - offset), co.map + a, b - a);
         }
-      pthread_mutex_unlock (&co.lock);
       return 0;
     }
 }
@@ -510,20 +470,21 @@ buffer_extents (uint32_t count, uint64_t offset, uint32_t flags,
   size_t n = 0, i, j = 0;
   int r = -1;
 
-  pthread_mutex_lock (&co.lock);
-  n = ivset_count_overlaps (&co.set, offset, end);
-  if (n > 0)
-    {
-      snap = malloc (n * sizeof *snap);
-      if (snap == NULL)
-        {
-          pthread_mutex_unlock (&co.lock);
-          *err = ENOMEM;
-          return -1;
-        }
-      memcpy (snap, &co.set.v[ivset_find (&co.set, offset)], n * sizeof *snap);
-    }
-  pthread_mutex_unlock (&co.lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+    n = ivset_count_overlaps (&co.set, offset, end);
+    if (n > 0)
+      {
+        snap = malloc (n * sizeof *snap);
+        if (snap == NULL)
+          {
+            *err = ENOMEM;
+            return -1;
+          }
+        memcpy (snap, &co.set.v[ivset_find (&co.set, offset)],
+                n * sizeof *snap);
+      }
+  }
 
   from_below = nbdkit_extents_new (offset, end);
   if (from_below == NULL)

@@ -3,8 +3,10 @@
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * This file: configuration, lifecycle and the nbdkit callbacks, which
- * decide what is buffered (buffer.c) and when it must reach the plugin
- * (writeback.c).  See coalesce.h for how the parts fit together.
+ * decide what is buffered (buffer.c), what goes down directly
+ * (direct.c) and when it must reach the plugin (writeback.c).  The top
+ * of the stack: it may call every other part, and none calls it.  See
+ * coalesce.h for how the parts fit together.
  *
  * One buffer serves the whole server, shared by every connection, so
  * that imageio's four interleaved connections or qemu-img's
@@ -29,8 +31,15 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "buffer.h"
+#include "cleanup.h"
+#include "coalesce-params.h"
 #include "coalesce.h"
+#include "direct.h"
+#include "order.h"
 #include "parse-enum-param.h"
+#include "parse-size-param.h"
+#include "writeback.h"
 
 /* qemu-img convert writes up to 2M at a time: such writes go down as
  * they are, put in order by a short wait instead of a copy (order.c).
@@ -42,6 +51,11 @@
 NBDKIT_DLL_PUBLIC int coalesce_debug_verbose = 0;
 NBDKIT_DLL_PUBLIC int coalesce_debug_buffer_all = 0;
 
+/* -D coalesce.order_grace_ms=N replaces ORDER_ALL_WAITING_MS (tests on
+ * a loaded machine).
+ */
+NBDKIT_DLL_PUBLIC int coalesce_debug_order_grace_ms = ORDER_ALL_WAITING_MS;
+
 struct coalesce co = {
   .mode = MODE_WRITEBACK,
   .buffer_limit = 64 * 1024 * 1024,
@@ -49,7 +63,7 @@ struct coalesce co = {
   .max_write_param = 4 * 1024 * 1024,
   .use_hugepages = -1,
   .threads = BG_THREADS_DEFAULT,
-  .order_wait_ms = 20,
+  .order = { .wait_ms = 20 },
   .below_lock = PTHREAD_MUTEX_INITIALIZER,
   .lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -58,9 +72,12 @@ struct coalesce co = {
  * Configuration.
  */
 
+static const struct param_spec coalesce_params[]
+    = { COALESCE_PARAMS (PARAM_SPEC) };
+
+/* Set one of the parameters in coalesce_params. */
 static int
-coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
-                 const char *key, const char *value)
+set_param (const char *key, const char *value)
 {
   if (strcmp (key, "coalesce-mode") == 0)
     {
@@ -77,7 +94,7 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     }
   if (strcmp (key, "coalesce-size") == 0)
     {
-      int64_t r = nbdkit_parse_size (value);
+      int64_t r = parse_size_param (key, value);
       if (r == -1)
         return -1;
       if (r < 1024 * 1024)
@@ -124,10 +141,10 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
   if (strcmp (key, "coalesce-order-wait") == 0)
     {
       if (nbdkit_parse_unsigned ("coalesce-order-wait", value,
-                                 &co.order_wait_ms)
+                                 &co.order.wait_ms)
           == -1)
         return -1;
-      if (co.order_wait_ms > 1000)
+      if (co.order.wait_ms > 1000)
         {
           nbdkit_error ("coalesce-order-wait=%s: must be between 0 and 1000",
                         value);
@@ -137,7 +154,7 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
     }
   if (strcmp (key, "coalesce-max-write") == 0)
     {
-      int64_t r = nbdkit_parse_size (value);
+      int64_t r = parse_size_param (key, value);
       if (r == -1)
         return -1;
       if (r < 4096 || r > 32 * 1024 * 1024)
@@ -149,20 +166,13 @@ coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
       co.max_write_param = r;
       return 0;
     }
-  return next (nxdata, key, value);
+  abort (); /* a key in COALESCE_PARAMS without a case here */
 }
 
-#define coalesce_config_help                                                   \
-  "coalesce-mode=writeback|writethrough  Buffering mode (default "             \
-  "writeback).\n"                                                              \
-  "coalesce-size=SIZE           Buffer memory limit (default 64M).\n"          \
-  "coalesce-delay=MS            Write back data older than this (default "     \
-  "50).\n"                                                                     \
-  "coalesce-max-write=SIZE      Largest merged write (default 4M).\n"          \
-  "coalesce-threads=N           Background writers (default 8).\n"             \
-  "coalesce-order-wait=MS       Wait for the writes before a large one "       \
-  "(default 20).\n"                                                            \
-  "coalesce-hugepages=BOOL      Use 2M pages (default: if size >= 32M)."
+/* Ours if COALESCE_PARAMS lists it, else the next layer's. */
+PARAM_FILTER_CONFIG (coalesce_config, coalesce_params, set_param)
+
+#define coalesce_config_help COALESCE_PARAMS (PARAM_HELP_LINE)
 
 /* True if transparent huge pages can be had with MADV_HUGEPAGE. */
 static bool
@@ -189,6 +199,8 @@ coalesce_get_ready (int thread_model)
    * works over any plugin, at the speed that plugin allows.
    */
   co.serialize_below = thread_model != NBDKIT_THREAD_MODEL_PARALLEL;
+  co.order.grace_ms
+      = MIN ((unsigned)coalesce_debug_order_grace_ms, co.order.wait_ms);
   if (co.serialize_below)
     nbdkit_debug ("coalesce: the stack below is not parallel: "
                   "serializing every request sent to it");
@@ -300,25 +312,23 @@ coalesce_cleanup (nbdkit_backend *backend)
   writeback_stop ();
 
   /* One line, parsed by tests and bench scripts: keep the words. */
-  nbdkit_debug ("coalesce: writes in %" PRIu64 " (%" PRIu64 " bytes), "
-                "buffered %" PRIu64 " (%" PRIu64 " bytes), "
-                "writes out %" PRIu64 " (%" PRIu64 " bytes), "
-                "average merged write %" PRIu64 " bytes, "
-                "direct writes %" PRIu64 " (%" PRIu64 " bytes, "
-                "nothing to merge with %" PRIu64 " (%" PRIu64 " bytes)), "
-                "flushes in %" PRIu64 " out %" PRIu64
-                ", zeroed while buffered %" PRIu64
-                " bytes, back-pressure wait %.3f s, large writes that waited "
-                "for order %" PRIu64 " (gave up %" PRIu64 "), "
-                "page size %" PRIu64 " (switched %" PRIu64 " times)",
-                co.writes_in, co.bytes_in, co.writes_in - co.direct_writes,
-                co.bytes_in - co.direct_bytes, co.writes_out, co.bytes_out,
-                co.writes_out ? co.bytes_out / co.writes_out : 0,
-                co.direct_writes, co.direct_bytes, co.unmerged_writes,
-                co.unmerged_bytes, co.flushes_in, co.flushes_out,
-                co.zeroes_dropped_bytes, co.backpressure_ns / 1e9,
-                co.order_waits, co.order_timeouts, co.set.page_size,
-                co.page_switches);
+  nbdkit_debug (
+      "coalesce: writes in %" PRIu64 " (%" PRIu64 " bytes), "
+      "buffered %" PRIu64 " (%" PRIu64 " bytes), "
+      "writes out %" PRIu64 " (%" PRIu64 " bytes), "
+      "average merged write %" PRIu64 " bytes, "
+      "direct writes %" PRIu64 " (%" PRIu64 " bytes, "
+      "nothing to merge with %" PRIu64 " (%" PRIu64 " bytes)), "
+      "flushes in %" PRIu64 " out %" PRIu64 ", zeroed while buffered %" PRIu64
+      " bytes, back-pressure wait %.3f s, large writes that waited "
+      "for order %" PRIu64 " (gave up %" PRIu64 "), "
+      "page size %" PRIu64 " (switched %" PRIu64 " times)",
+      co.writes_in, co.bytes_in, co.writes_in - co.direct_writes,
+      co.bytes_in - co.direct_bytes, co.writes_out, co.bytes_out,
+      co.writes_out ? co.bytes_out / co.writes_out : 0, co.direct_writes,
+      co.direct_bytes, co.unmerged_writes, co.unmerged_bytes, co.flushes_in,
+      co.flushes_out, co.zeroes_dropped_bytes, co.backpressure_ns / 1e9,
+      co.order.waits, co.order.timeouts, co.set.page_size, co.page_switches);
 
   if (co.below)
     {
@@ -349,7 +359,7 @@ coalesce_open (nbdkit_next_open *next, nbdkit_context *nxdata, int readonly,
 
   if (next (nxdata, readonly, exportname) == -1)
     return NULL;
-  s = order_stream_new ();
+  s = order_stream_new (&co.order);
   if (s == NULL)
     nbdkit_error ("coalesce: %m");
   return s;
@@ -440,15 +450,11 @@ coalesce_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
 static bool
 fua_alone_suffices (void)
 {
-  bool clean;
-
   if (co.mode != MODE_WRITEBACK || co.can_fua != NBDKIT_FUA_NATIVE)
     return false;
-  pthread_mutex_lock (&co.lock);
-  clean
-      = co.set.len == 0 && co.direct_inflight == 0 && co.wgen == co.flushed_gen;
-  pthread_mutex_unlock (&co.lock);
-  return clean;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+  return co.set.len == 0 && co.direct_inflight == 0
+         && co.wgen == co.flushed_gen;
 }
 
 /* Whether a write below 1M will merge with something if buffered:
@@ -471,15 +477,16 @@ merges_likely (struct order_stream *s, uint64_t offset, uint32_t count)
   bool descending, touches = false;
 
   if (coalesce_debug_buffer_all
-      || __atomic_load_n (&co.writing_streams, __ATOMIC_RELAXED) > 1)
+      || __atomic_load_n (&co.order.writing_streams, __ATOMIC_RELAXED) > 1)
     return true;
-  pthread_mutex_lock (&co.lock);
-  descending = end == co.last_lo && co.last_lo < co.last_hi;
-  co.last_lo = offset;
-  co.last_hi = end;
-  if (!descending && count < SMALL_WRITE_MAX)
-    touches = buffer_touches (offset, end);
-  pthread_mutex_unlock (&co.lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+    descending = end == co.last_lo && co.last_lo < co.last_hi;
+    co.last_lo = offset;
+    co.last_hi = end;
+    if (!descending && count < SMALL_WRITE_MAX)
+      touches = buffer_touches (offset, end);
+  }
   if (descending || touches)
     return true;
   return count < SMALL_WRITE_MAX && order_expects_neighbour (s, offset, end);
@@ -501,14 +508,14 @@ serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
 
   if (fua && fua_alone_suffices ())
     {
-      return buffer_direct (handle, false, OP_WRITE, buf, count, offset,
-                            NBDKIT_FLAG_FUA, err);
+      return direct_request (handle, false, OP_WRITE, buf, count, offset,
+                             NBDKIT_FLAG_FUA, err);
     }
 
   /* Only writes that will merge with something are copied into the
    * buffer (merges_likely); every other one goes straight down,
    * uncopied, still ordered after older buffered data of the same range
-   * (buffer_direct).  Always direct: one already as large as a merged
+   * (direct_request).  Always direct: one already as large as a merged
    * write, a large one (a client copying: order.c puts it in order
    * without a copy) and the smaller tail right after it, and one that
    * could not fit next to anything else and must not wait for the
@@ -520,13 +527,14 @@ serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
   if (large || count >= co.max_write || order_follows_large (handle, offset)
       || iv_charge (&co.set, offset, offset + count) > co.buffer_limit / 2)
     {
-      if (buffer_direct (handle, large, OP_WRITE, buf, count, offset, 0, err)
+      if (direct_request (handle, large, OP_WRITE, buf, count, offset, 0, err)
           == -1)
         return -1;
     }
   else if (merges_likely (handle, offset, count))
     {
-      order_note (handle, offset, offset + count, false, true);
+      order_note (handle, offset, offset + count, false,
+                  count < SMALL_WRITE_MAX);
       if (buffer_write (buf, count, offset, &since_gen, err) == -1)
         return -1;
     }
@@ -538,7 +546,7 @@ serve_pwrite (nbdkit_next *next, void *handle, const void *buf, uint32_t count,
       order_wait (handle, offset, offset + count, false);
       __atomic_add_fetch (&co.unmerged_writes, 1, __ATOMIC_RELAXED);
       __atomic_add_fetch (&co.unmerged_bytes, count, __ATOMIC_RELAXED);
-      if (buffer_direct (handle, false, OP_WRITE, buf, count, offset, 0, err)
+      if (direct_request (handle, false, OP_WRITE, buf, count, offset, 0, err)
           == -1)
         return -1;
     }
@@ -566,9 +574,10 @@ coalesce_pwrite (nbdkit_next *next, void *handle, const void *buf,
 static int
 coalesce_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 {
-  pthread_mutex_lock (&co.lock);
-  co.flushes_in++;
-  pthread_mutex_unlock (&co.lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+    co.flushes_in++;
+  }
   if (co.map == NULL)
     return co.can_flush == 1 ? CALL_BELOW (co.below->flush (co.below, 0, err))
                              : 0;
@@ -591,7 +600,8 @@ serve_zero (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
       *err = EOPNOTSUPP;
       return -1;
     }
-  if (buffer_direct (handle, false, OP_ZERO, NULL, count, offset, f, err) == -1)
+  if (direct_request (handle, false, OP_ZERO, NULL, count, offset, f, err)
+      == -1)
     return -1;
   if (flags & NBDKIT_FLAG_FUA)
     return writeback_sync (true, false, SINCE_NOW, err);
@@ -614,7 +624,8 @@ static int
 serve_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
             uint32_t flags, int *err)
 {
-  if (buffer_direct (handle, false, OP_TRIM, NULL, count, offset, 0, err) == -1)
+  if (direct_request (handle, false, OP_TRIM, NULL, count, offset, 0, err)
+      == -1)
     return -1;
   if (flags & NBDKIT_FLAG_FUA)
     return writeback_sync (true, false, SINCE_NOW, err);

@@ -1,14 +1,6 @@
 /* nbdstack coalesce filter: the state shared by its parts.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * The filter is one volatile write-back buffer for the whole server:
- *   coalesce.c   configuration, lifecycle and the nbdkit callbacks;
- *   buffer.c     the buffered bytes: inserting writes, taking ranges out
- *                for zero/trim/direct writes, overlaying reads;
- *   writeback.c  writing the buffer below: the writer threads, flushes,
- *                and what happens when the plugin fails;
- *   intervals.c  the sorted set of buffered ranges (no locking).
- *
  * Durability rule (what every part keeps true): each buffered interval
  * carries the sequence number of the oldest acknowledged write whose
  * bytes it stands for ("oldest").  A flush with sequence number S
@@ -17,6 +9,27 @@
  * overwrite keeps the smallest number of what it covers, and a zero,
  * trim or direct write keeps the covered pieces (as IV_ZOMBIE) until
  * it has reached the plugin, or puts them back if it failed.
+ *
+ * The filter is one volatile write-back buffer for the whole server,
+ * a stack in which each file calls only the ones below it (as nbdkit's
+ * cache filter: cache.c -> blk.c -> lru.c):
+ *   coalesce.c   configuration, lifecycle and the nbdkit callbacks:
+ *                decides what is buffered and what goes down directly;
+ *   direct.c     requests that go down uncopied (zero, trim, large or
+ *                unmergeable writes), ordered after the buffered data
+ *                they replace (direct.h);
+ *   writeback.c  writing the buffer below: the writer threads, flushes
+ *                (sync) and the failure state (writeback.h);
+ *   buffer.c     the buffered bytes: copying writes in, taking ranges
+ *                out, overlaying reads; never calls up (buffer.h);
+ *   intervals.c  the sorted set of buffered ranges, no locking
+ *                (intervals.h).
+ * order.c, the ordering gate for large writes, is a leaf beside them:
+ * it is given what it needs (order.h) and reads nothing here.
+ *
+ * This header: the shared state (struct coalesce), the parameters'
+ * limits and CALL_BELOW.  Its fields are each written by one part, as
+ * the comments say; the lock protects the ones below it.
  */
 #ifndef NBDSTACK_COALESCE_H
 #define NBDSTACK_COALESCE_H
@@ -29,6 +42,8 @@
 #include <nbdkit-filter.h>
 
 #include "intervals.h"
+#include "monotime.h"
+#include "order.h"
 
 enum coalesce_mode
 {
@@ -64,7 +79,6 @@ struct coalesce
   uint64_t max_write_param;
   int use_hugepages; /* -1 auto, 0 off, 1 on */
   unsigned threads;
-  unsigned order_wait_ms;
 
   /* Set when the stack below is not PARALLEL: every call down then
    * holds below_lock (see CALL_BELOW).
@@ -83,13 +97,13 @@ struct coalesce
       can_extents;
   uint64_t high_water; /* wake the writers above this charge */
 
-  uint64_t order_waits, order_timeouts; /* atomic counters, see order.c */
-
-  /* Connections with a write, zero or trim in progress (atomic, see
-   * order_enter): while several write at once their requests
-   * interleave, and only the buffer can put them back together.
+  /* What order.c is given: coalesce-order-wait, its counters, and the
+   * connections with a write, zero or trim in progress
+   * (order.writing_streams): while several write at once their
+   * requests interleave, and only the buffer can put them back
+   * together.
    */
-  unsigned writing_streams;
+  struct order_shared order;
 
   /* Page policy (coalesce-hugepages unset): huge pages while write-back
    * takes pieces large enough to fill them, small pages otherwise (see
@@ -112,7 +126,10 @@ struct coalesce
   unsigned urgent; /* flushes in progress: writers write back now */
   bool wt_leader;  /* writethrough: a group commit is running */
 
-  /* Failures below (see writeback.c for the rules). */
+  /* Failures below (see writeback.c for the rules): written by
+   * writeback.c; buffer.c reads plugin_failing and last_err (a full
+   * buffer does not wait for a failing plugin).
+   */
   uint64_t fail_gen;           /* bumped on every failed write-back */
   int last_err;                /* errno of the latest failure */
   bool plugin_failing;         /* the latest write below failed */
@@ -168,6 +185,10 @@ extern int coalesce_debug_verbose;
  */
 extern int coalesce_debug_buffer_all;
 
+/* Every call to the plugin below goes through this (see
+ * serialize_below).  The lock is taken only sometimes, so it is a
+ * manual lock around the one call, not a scope lock.
+ */
 #define CALL_BELOW(call)                                                       \
   ({                                                                           \
     int r_;                                                                    \
@@ -178,87 +199,5 @@ extern int coalesce_debug_buffer_all;
       pthread_mutex_unlock (&co.below_lock);                                   \
     r_;                                                                        \
   })
-
-/* Time helpers (CLOCK_MONOTONIC). */
-static inline void
-now (struct timespec *ts)
-{
-  clock_gettime (CLOCK_MONOTONIC, ts);
-}
-
-static inline uint64_t
-ns_between (const struct timespec *a, const struct timespec *b)
-{
-  return (b->tv_sec - a->tv_sec) * UINT64_C (1000000000) + b->tv_nsec
-         - a->tv_nsec;
-}
-
-static inline void
-add_ms (struct timespec *ts, unsigned ms)
-{
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (long)(ms % 1000) * 1000000;
-  if (ts->tv_nsec >= 1000000000)
-    {
-      ts->tv_sec++;
-      ts->tv_nsec -= 1000000000;
-    }
-}
-
-static inline bool
-ts_before (const struct timespec *a, const struct timespec *b)
-{
-  return a->tv_sec < b->tv_sec
-         || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-/* buffer.c (lock held unless said otherwise). */
-extern void buffer_release_and_remove (size_t idx);
-extern void buffer_log_removal (uint64_t a, uint64_t b);
-extern size_t buffer_find_exact (uint64_t start);
-extern void buffer_wait_changed (void);
-extern bool buffer_touches (uint64_t a, uint64_t b);
-extern void buffer_note_piece (uint64_t len);
-/* Called without the lock: */
-extern int buffer_write (const void *buf, uint32_t count, uint64_t offset,
-                         uint64_t *fail_gen_at_ack, int *err);
-extern int buffer_read (void *buf, uint32_t count, uint64_t offset, int *err);
-extern int buffer_extents (uint32_t count, uint64_t offset, uint32_t flags,
-                           struct nbdkit_extents *extents, int *err);
-
-enum direct_op
-{
-  OP_ZERO,
-  OP_TRIM,
-  OP_WRITE
-};
-struct order_stream;
-extern int buffer_direct (struct order_stream *stream, bool large,
-                          enum direct_op op, const void *buf, uint32_t count,
-                          uint64_t offset, uint32_t flags, int *err);
-
-/* order.c (called without the lock): one stream per connection. */
-extern struct order_stream *order_stream_new (void);
-extern void order_stream_free (struct order_stream *s);
-extern void order_enter (struct order_stream *s);
-extern void order_leave (struct order_stream *s);
-extern void order_note (struct order_stream *s, uint64_t offset, uint64_t end,
-                        bool large, bool is_write);
-extern bool order_follows_large (struct order_stream *s, uint64_t offset);
-extern bool order_expects_neighbour (struct order_stream *s, uint64_t offset,
-                                     uint64_t end);
-extern void order_wait (struct order_stream *s, uint64_t offset, uint64_t end,
-                        bool large);
-
-/* writeback.c (called without the lock). */
-extern int writeback_start (void);
-extern int writeback_write_down (uint64_t a, uint64_t b, int *err);
-extern void writeback_stop (void);
-extern int writeback_sync (bool do_flush, bool report, uint64_t since_gen,
-                           int *err);
-#define SINCE_NOW UINT64_MAX
-/* Lock held: a write below succeeded / failed. */
-extern void writeback_note_success (void);
-extern void writeback_note_failure (int err);
 
 #endif /* NBDSTACK_COALESCE_H */

@@ -1,4 +1,5 @@
-/* nbdkit-coalesce-filter: the ordering gate for large writes.
+/* nbdstack coalesce filter: the ordering gate for large writes.
+ * SPDX-License-Identifier: BSD-3-Clause
  *
  * qemu-img convert -W keeps several 2M writes (and zero requests) in
  * flight and sends each as soon as its source read completes, so they
@@ -15,7 +16,8 @@
  * connection, and those regions must not wait for each other.  The wait
  * is bounded, because a client may skip holes and never fill a gap.
  *
- * SPDX-License-Identifier: BSD-3-Clause
+ * A leaf (see order.h): everything it needs, the longest wait and the
+ * counters, comes in the struct order_shared each stream is made with.
  */
 
 #include <config.h>
@@ -27,10 +29,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include <nbdkit-filter.h>
-
-#include "coalesce.h"
-#include "align.h"
+#include "cleanup.h"
+#include "monotime.h"
+#include "order.h"
 
 /* A gap wider than this cannot be requests the client has in flight:
  * the write starts the stream anew instead of waiting.  Zero requests
@@ -50,23 +51,20 @@
 
 /* When every request the connection has in flight is waiting here,
  * only a request the client has yet to send can fill the gap: wait
- * this long for it (requests sent together reach the filter a payload's
- * receive time apart, about a millisecond for 2M), not the whole
- * coalesce-order-wait.  A client at queue depth 1, or one that skips
- * holes, pays at most this per gap.
+ * shared->grace_ms for it (ORDER_ALL_WAITING_MS: requests sent together
+ * reach the filter a payload's receive time apart, about a millisecond
+ * for 2M), not the whole coalesce-order-wait.  A client at queue depth
+ * 1, or one that skips holes, pays at most this per gap.
  */
-#define ORDER_ALL_WAITING_MS 5
-
-/* -D coalesce.order_grace_ms=N replaces it (tests on a loaded machine). */
-NBDKIT_DLL_PUBLIC int coalesce_debug_order_grace_ms = ORDER_ALL_WAITING_MS;
 
 struct order_stream
 {
+  struct order_shared *shared;
   pthread_mutex_t lock;
   pthread_cond_t moved; /* end moved or a waiter left */
   uint64_t end;
-  unsigned inflight; /* atomic: writes, zeroes, trims being served */
-  bool end_is_large; /* end is where a large write ended */
+  unsigned inflight;           /* atomic: writes, zeroes, trims being served */
+  bool end_is_large;           /* end is where a large write ended */
   uint64_t small_lo, small_hi; /* the last write below SMALL_WRITE_MAX */
   unsigned nwaiting;
   uint64_t waiting_at[ORDER_MAX_WAITERS];
@@ -78,13 +76,14 @@ struct order_stream
 };
 
 struct order_stream *
-order_stream_new (void)
+order_stream_new (struct order_shared *shared)
 {
   struct order_stream *s = calloc (1, sizeof *s);
   pthread_condattr_t attr;
 
   if (s == NULL)
     return NULL;
+  s->shared = shared;
   pthread_mutex_init (&s->lock, NULL);
   pthread_condattr_init (&attr);
   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
@@ -129,20 +128,20 @@ absorb_ahead (struct order_stream *s)
 }
 
 /* The connection's count of requests in progress, and the server's
- * count of connections that have one (co.writing_streams).
+ * count of connections that have one (shared->writing_streams).
  */
 void
 order_enter (struct order_stream *s)
 {
   if (s && __atomic_add_fetch (&s->inflight, 1, __ATOMIC_RELAXED) == 1)
-    __atomic_add_fetch (&co.writing_streams, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch (&s->shared->writing_streams, 1, __ATOMIC_RELAXED);
 }
 
 void
 order_leave (struct order_stream *s)
 {
   if (s && __atomic_sub_fetch (&s->inflight, 1, __ATOMIC_RELAXED) == 0)
-    __atomic_sub_fetch (&co.writing_streams, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch (&s->shared->writing_streams, 1, __ATOMIC_RELAXED);
 }
 
 /* [offset, end) was passed on: it continues the stream if it starts
@@ -178,27 +177,27 @@ advance (struct order_stream *s, uint64_t offset, uint64_t end)
 }
 
 /* The request is about to go down (or into the buffer): move the
- * stream, and remember it if it is a small write (is_write: a write,
- * not a zero or trim; see order_expects_neighbour).  Called as late as
- * possible, right before the plugin sees the request, so that writes
- * released by it do not overtake it.
+ * stream, and remember it if it is a small write (small_write: a write
+ * below SMALL_WRITE_MAX, not a zero or trim; see
+ * order_expects_neighbour).  Called as late as possible, right before
+ * the plugin sees the request, so that writes released by it do not
+ * overtake it.
  */
 void
 order_note (struct order_stream *s, uint64_t offset, uint64_t end, bool large,
-            bool is_write)
+            bool small_write)
 {
   if (s == NULL)
     return;
-  pthread_mutex_lock (&s->lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
   advance (s, offset, end);
-  if (is_write && end - offset < SMALL_WRITE_MAX)
+  if (small_write)
     {
       s->small_lo = offset;
       s->small_hi = end;
     }
   if (large)
     s->end_is_large = s->end == end;
-  pthread_mutex_unlock (&s->lock);
 }
 
 /* True if a request at offset continues right where a large write
@@ -207,38 +206,30 @@ order_note (struct order_stream *s, uint64_t offset, uint64_t end, bool large,
 bool
 order_follows_large (struct order_stream *s, uint64_t offset)
 {
-  bool r;
-
   if (s == NULL)
     return false;
-  pthread_mutex_lock (&s->lock);
-  r = s->end_is_large && offset == s->end;
-  pthread_mutex_unlock (&s->lock);
-  return r;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+  return s->end_is_large && offset == s->end;
 }
 
 /* True if a small write [offset, end) will probably have a neighbour
  * to merge with: it touches the connection's last small write (a run
  * of small writes, ascending or descending; not a zero: qemu-img
- * convert sends one for each hole between the data it writes), or other requests are in
- * flight on the connection and it lies ahead of the stream, so they or
- * the ones still to come may fill the gap before it.
+ * convert sends one for each hole between the data it writes), or
+ * other requests are in flight on the connection and it lies ahead of
+ * the stream, so they or the ones still to come may fill the gap before
+ * it.
  */
 bool
-order_expects_neighbour (struct order_stream *s, uint64_t offset,
-                         uint64_t end)
+order_expects_neighbour (struct order_stream *s, uint64_t offset, uint64_t end)
 {
-  bool r;
-
   if (s == NULL)
     return false;
-  pthread_mutex_lock (&s->lock);
-  r = (s->small_lo < s->small_hi && offset <= s->small_hi
-       && s->small_lo <= end)
-      || (__atomic_load_n (&s->inflight, __ATOMIC_RELAXED) > 1
-          && offset > s->end && offset - s->end <= ORDER_WINDOW);
-  pthread_mutex_unlock (&s->lock);
-  return r;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+  return (s->small_lo < s->small_hi && offset <= s->small_hi
+          && s->small_lo <= end)
+         || (__atomic_load_n (&s->inflight, __ATOMIC_RELAXED) > 1
+             && offset > s->end && offset - s->end <= ORDER_WINDOW);
 }
 
 static bool
@@ -271,31 +262,30 @@ unlist (struct order_stream *s, uint64_t offset)
 void
 order_wait (struct order_stream *s, uint64_t offset, uint64_t end, bool large)
 {
-  const unsigned grace_ms
-      = MIN ((unsigned)coalesce_debug_order_grace_ms, co.order_wait_ms);
+  struct order_shared *shared;
   struct timespec tick, deadline;
   bool expired = false;
 
   if (s == NULL)
     return;
-  pthread_mutex_lock (&s->lock);
+  shared = s->shared;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
   /* A write that is not large does not wait while it is alone on its
    * connection: at queue depth 1 (random small writes) nothing fills
    * the gap.  A large one gives the requests sent with it a moment to
    * arrive.
    */
-  if (offset <= s->end || offset - s->end > ORDER_WINDOW
-      || co.order_wait_ms == 0 || s->nwaiting == ORDER_MAX_WAITERS
+  if (offset <= s->end || offset - s->end > ORDER_WINDOW || shared->wait_ms == 0
+      || s->nwaiting == ORDER_MAX_WAITERS
       || (!large && __atomic_load_n (&s->inflight, __ATOMIC_RELAXED) <= 1))
     {
       if (offset > s->end)
         s->end = offset; /* a jump: the gap is not coming */
-      pthread_mutex_unlock (&s->lock);
       return;
     }
 
   now (&deadline);
-  add_ms (&deadline, co.order_wait_ms);
+  add_ms (&deadline, shared->wait_ms);
   s->waiting_at[s->nwaiting++] = offset;
   while (s->end < offset)
     {
@@ -306,7 +296,7 @@ order_wait (struct order_stream *s, uint64_t offset, uint64_t end, bool large)
            * fill the gap, and it would have come by now.
            */
           now (&tick);
-          add_ms (&tick, grace_ms);
+          add_ms (&tick, shared->grace_ms);
           if (pthread_cond_timedwait (&s->moved, &s->lock,
                                       ts_before (&tick, &deadline) ? &tick
                                                                    : &deadline)
@@ -320,13 +310,12 @@ order_wait (struct order_stream *s, uint64_t offset, uint64_t end, bool large)
       else if (lowest_waiting (s, offset))
         {
           /* Nothing before us is coming: skip the gap. */
-          __atomic_add_fetch (&co.order_timeouts, 1, __ATOMIC_RELAXED);
+          __atomic_add_fetch (&shared->timeouts, 1, __ATOMIC_RELAXED);
           s->end = offset;
         }
       else
         pthread_cond_wait (&s->moved, &s->lock);
     }
   unlist (s, offset);
-  pthread_mutex_unlock (&s->lock);
-  __atomic_add_fetch (&co.order_waits, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch (&shared->waits, 1, __ATOMIC_RELAXED);
 }

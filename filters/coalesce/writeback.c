@@ -26,6 +26,9 @@
  * - writethrough mode drops the data of a failed write-back: every
  *   write acknowledged into the buffer before that failure, and still
  *   waiting, gets the error.
+ *
+ * Below the callbacks and direct.c, above the buffer (writeback.h): it
+ * calls buffer.c and intervals.c, never up.
  */
 #include <config.h>
 
@@ -37,7 +40,10 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "buffer.h"
+#include "cleanup.h"
 #include "coalesce.h"
+#include "writeback.h"
 
 #define RETRY_BACKOFF_MS 1000
 
@@ -75,11 +81,12 @@ writeback_write_down (uint64_t a, uint64_t b, int *err)
       off += n;
       chunks++;
     }
-  pthread_mutex_lock (&co.lock);
-  co.writes_out += chunks;
-  co.wgen++;
-  co.bytes_out += b - a;
-  pthread_mutex_unlock (&co.lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+    co.writes_out += chunks;
+    co.wgen++;
+    co.bytes_out += b - a;
+  }
   if (coalesce_debug_verbose)
     nbdkit_debug ("coalesce: wrote %" PRIu64 " bytes at %" PRIu64 " in %" PRIu64
                   " request(s)",
@@ -88,8 +95,10 @@ writeback_write_down (uint64_t a, uint64_t b, int *err)
 }
 
 /* One ascending pass: write back every dirty interval whose oldest
- * write has a sequence number below S.  Called with the lock held;
- * drops it around each write.  Returns the number of failures.
+ * write has a sequence number below S.  Called with the lock held (in
+ * the caller's scope lock); drops it around each write on purpose, as
+ * the lock is never held across a call below.  Returns the number of
+ * failures.
  */
 static unsigned
 writeback_before (uint64_t S, int *first_err)
@@ -183,20 +192,19 @@ owed_before (uint64_t S, bool *any, bool *dirty)
       }
 }
 
-/* Make everything acknowledged so far reach the plugin and, if
- * do_flush, be flushed.  This is what NBD_CMD_FLUSH (report = true:
- * also return an unreported background failure), FUA and writethrough
- * writes wait for.  The request fails if a write-back fails after
- * since_gen (SINCE_NOW: from now on).  Returns 0 or -1 with *err set.
+/* The first half of writeback_sync (lock taken here): write back, or
+ * wait for, everything owed to a new sequence number.  Returns 0 and
+ * *wgen, the writes below it covers, or the errno of a failure after
+ * since_gen.
  */
-int
-writeback_sync (bool do_flush, bool report, uint64_t since_gen, int *err)
+static int
+write_back_owed (bool report, uint64_t since_gen, uint64_t *wgen)
 {
-  uint64_t S, g;
+  uint64_t S;
   int first_err = 0, e;
   bool helped = false;
 
-  pthread_mutex_lock (&co.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
   S = ++co.seq;
   if (since_gen == SINCE_NOW)
     since_gen = co.fail_gen;
@@ -205,7 +213,14 @@ writeback_sync (bool do_flush, bool report, uint64_t since_gen, int *err)
       bool any, dirty;
 
       if (co.fail_gen != since_gen)
-        goto failed;
+        {
+          if (helped)
+            co.urgent--;
+          if (report)
+            co.err_unreported = 0;
+          e = first_err ? first_err : co.last_err;
+          return e ? e : EIO;
+        }
       owed_before (S, &any, &dirty);
       if (!any)
         break;
@@ -244,49 +259,72 @@ writeback_sync (bool do_flush, bool report, uint64_t since_gen, int *err)
     }
   if (helped)
     co.urgent--;
-  g = co.wgen;
-  pthread_mutex_unlock (&co.lock);
+  *wgen = co.wgen;
+  return 0;
+}
+
+/* The second half (lock taken here): count the flush below, which
+ * covered the writes up to wgen, and take the unreported failure if
+ * report.
+ */
+static int
+flushed (bool do_flush, bool report, uint64_t wgen)
+{
+  int e;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+  if (do_flush)
+    {
+      co.flushes_out++;
+      if (co.can_flush == 1 && wgen > co.flushed_gen)
+        co.flushed_gen = wgen;
+    }
+  e = report ? co.err_unreported : 0;
+  if (report)
+    co.err_unreported = 0;
+  return e;
+}
+
+/* Make everything acknowledged so far reach the plugin and, if
+ * do_flush, be flushed.  This is what NBD_CMD_FLUSH (report = true:
+ * also return an unreported background failure), FUA and writethrough
+ * writes wait for.  The request fails if a write-back fails after
+ * since_gen (SINCE_NOW: from now on).  Returns 0 or -1 with *err set.
+ */
+int
+writeback_sync (bool do_flush, bool report, uint64_t since_gen, int *err)
+{
+  uint64_t g = 0;
+  int e;
+
+  e = write_back_owed (report, since_gen, &g);
+  if (e)
+    {
+      *err = e;
+      return -1;
+    }
 
   if (do_flush && co.can_flush == 1)
     {
       nbdkit_next *below = co.below;
       if (CALL_BELOW (below->flush (below, 0, err)) == -1)
         {
-          pthread_mutex_lock (&co.lock);
           if (report)
-            co.err_unreported = 0;
-          pthread_mutex_unlock (&co.lock);
+            {
+              ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+              co.err_unreported = 0;
+            }
           return -1;
         }
     }
 
-  pthread_mutex_lock (&co.lock);
-  if (do_flush)
-    {
-      co.flushes_out++;
-      if (co.can_flush == 1 && g > co.flushed_gen)
-        co.flushed_gen = g;
-    }
-  e = report ? co.err_unreported : 0;
-  if (report)
-    co.err_unreported = 0;
-  pthread_mutex_unlock (&co.lock);
+  e = flushed (do_flush, report, g);
   if (e)
     {
       *err = e;
       return -1;
     }
   return 0;
-
-failed:
-  if (helped)
-    co.urgent--;
-  if (report)
-    co.err_unreported = 0;
-  e = first_err ? first_err : co.last_err;
-  pthread_mutex_unlock (&co.lock);
-  *err = e ? e : EIO;
-  return -1;
 }
 
 /* A writer thread: writes back when the buffer passes the high-water
@@ -296,7 +334,7 @@ failed:
 static void *
 bg_writer (void *arg)
 {
-  pthread_mutex_lock (&co.lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
   while (!co.stopping)
     {
       struct timespec t, deadline;
@@ -329,7 +367,6 @@ bg_writer (void *arg)
       else
         pthread_cond_wait (&co.wake_bg, &co.lock);
     }
-  pthread_mutex_unlock (&co.lock);
   return NULL;
 }
 
@@ -360,10 +397,11 @@ writeback_stop (void)
 
   if (co.bg_running == 0)
     return;
-  pthread_mutex_lock (&co.lock);
-  co.stopping = true;
-  pthread_cond_broadcast (&co.wake_bg);
-  pthread_mutex_unlock (&co.lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+    co.stopping = true;
+    pthread_cond_broadcast (&co.wake_bg);
+  }
   while (co.bg_running > 0)
     pthread_join (co.bg_threads[--co.bg_running], NULL);
 
