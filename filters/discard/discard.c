@@ -30,6 +30,8 @@
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "discard-params.h"
+#include "fua-plan.h"
 #include "parse-enum-param.h"
 #include "parse-size-param.h"
 #include "stat-counter.h"
@@ -105,9 +107,12 @@ discard_unload (void)
 #define MIN_SIZE 512
 #define MAX_GRANULARITY (1024 * 1024 * 1024)
 
+static const struct param_spec discard_params[]
+    = { DISCARD_PARAMS (PARAM_SPEC) };
+
+/* Set one of the parameters in discard_params. */
 static int
-discard_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
-                const char *key, const char *value)
+set_param (const char *key, const char *value)
 {
   int choice;
   int64_t r;
@@ -155,8 +160,11 @@ discard_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
       max_piece = r;
       return 0;
     }
-  return next (nxdata, key, value);
+  abort (); /* a key in DISCARD_PARAMS without a case here */
 }
+
+/* Ours if DISCARD_PARAMS lists it, else the next layer's. */
+PARAM_FILTER_CONFIG (discard_config, discard_params, set_param)
 
 static int
 discard_config_complete (nbdkit_next_config_complete *next,
@@ -175,12 +183,7 @@ discard_config_complete (nbdkit_next_config_complete *next,
   return next (nxdata);
 }
 
-#define discard_config_help                                                    \
-  "discard=pass|ignore|zero|refuse  What trim does (default pass).\n"          \
-  "discard-granularity=SIZE         Shrink trims to SIZE-aligned ranges.\n"    \
-  "discard-max=SIZE                 Split trims longer than SIZE.\n"           \
-  "discard-zero-trim=keep|never|always\n"                                      \
-  "                                 MAY_TRIM on zero requests (default keep)."
+#define discard_config_help DISCARD_PARAMS (PARAM_HELP_LINE)
 
 static int
 discard_can_trim (nbdkit_next *next, void *handle)
@@ -270,8 +273,8 @@ discard_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
 {
   const uint64_t end = offset + count;
   uint64_t mid_start, mid_end;
-  uint32_t piece_flags = 0;
-  bool flush_at_end = false, sent = false;
+  struct fua_plan plan;
+  bool sent = false;
   bool as_zero = mode == DISCARD_ZERO;
   int r;
 
@@ -293,25 +296,9 @@ discard_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
       break;
     }
 
-  if (flags & NBDKIT_FLAG_FUA)
-    {
-      int fua = next->can_fua (next);
-      if (fua == -1)
-        {
-          *err = EIO;
-          return -1;
-        }
-      /* An emulated FUA would flush after every piece: flush once instead. */
-      if (fua == NBDKIT_FUA_EMULATE && next->can_flush (next) == 1)
-        flush_at_end = true;
-      else if (fua > NBDKIT_FUA_NONE)
-        piece_flags = NBDKIT_FLAG_FUA;
-      else
-        {
-          *err = EINVAL;
-          return -1;
-        }
-    }
+  /* An emulated FUA would flush after every piece: flush once instead. */
+  if (fua_plan_make (next, flags, &plan, err) == -1)
+    return -1;
 
   /* The aligned middle [mid_start, mid_end).  When no whole G block fits,
    * the request is all head.
@@ -332,7 +319,7 @@ discard_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
    */
   if (as_zero)
     {
-      r = send_range (next, offset, mid_start, true, piece_flags, 0, err);
+      r = send_range (next, offset, mid_start, true, plan.piece_flags, 0, err);
       if (r == -1)
         return -1;
       sent |= offset < mid_start;
@@ -340,7 +327,7 @@ discard_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
   else
     stat_add (&stats.dropped_bytes, mid_start - offset);
 
-  r = send_range (next, mid_start, mid_end, as_zero, piece_flags,
+  r = send_range (next, mid_start, mid_end, as_zero, plan.piece_flags,
                   NBDKIT_FLAG_MAY_TRIM, err);
   if (r == -1)
     return -1;
@@ -348,7 +335,7 @@ discard_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
 
   if (as_zero)
     {
-      r = send_range (next, mid_end, end, true, piece_flags, 0, err);
+      r = send_range (next, mid_end, end, true, plan.piece_flags, 0, err);
       if (r == -1)
         return -1;
       sent |= mid_end < end;
@@ -356,7 +343,7 @@ discard_trim (nbdkit_next *next, void *handle, uint32_t count, uint64_t offset,
   else
     stat_add (&stats.dropped_bytes, end - mid_end);
 
-  if (flush_at_end && sent)
+  if (plan.flush_at_end && sent)
     return next->flush (next, 0, err);
   return 0;
 }

@@ -24,15 +24,18 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <nbdkit-filter.h>
 
 #include "align.h"
+#include "fua-plan.h"
+#include "is-zero.h"
 #include "parse-enum-param.h"
 #include "parse-size-param.h"
 #include "stat-counter.h"
-#include "is-zero.h"
+#include "zerodetect-params.h"
 
 enum zd_mode
 {
@@ -89,9 +92,12 @@ zerodetect_unload (void)
 #define MIN_GRANULARITY 512
 #define MAX_GRANULARITY (64 * 1024 * 1024)
 
+static const struct param_spec zerodetect_params[]
+    = { ZERODETECT_PARAMS (PARAM_SPEC) };
+
+/* Set one of the parameters in zerodetect_params. */
 static int
-zerodetect_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
-                   const char *key, const char *value)
+set_param (const char *key, const char *value)
 {
   if (strcmp (key, "zerodetect") == 0)
     {
@@ -117,51 +123,29 @@ zerodetect_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
       granularity = r;
       return 0;
     }
-  return next (nxdata, key, value);
+  abort (); /* a key in ZERODETECT_PARAMS without a case here */
 }
 
-#define zerodetect_config_help                                                 \
-  "zerodetect=on|unmap|off      Turn zero writes into zero requests "          \
-  "(default on).\n"                                                            \
-  "zerodetect-granularity=SIZE  Split writes at SIZE-aligned zero blocks "     \
-  "(default 64K, 0 = whole requests only)."
+/* Ours if ZERODETECT_PARAMS lists it, else the next layer's. */
+PARAM_FILTER_CONFIG (zerodetect_config, zerodetect_params, set_param)
 
-/* How FUA on the client's request is honoured for the pieces we send. */
-struct fua_plan
-{
-  uint32_t piece_flags; /* NBDKIT_FLAG_FUA or 0 for each piece */
-  bool flush_at_end;    /* emulated FUA: one flush after all pieces */
-};
+#define zerodetect_config_help ZERODETECT_PARAMS (PARAM_HELP_LINE)
 
+/* How FUA on the client's request is honoured for the pieces we send
+ * (common/fua-plan.h).  When the layer below only emulates FUA it would
+ * flush after every piece; one flush after the last piece gives the
+ * same guarantee.
+ */
 static int
 plan_fua (nbdkit_next *next, uint32_t flags, struct fua_plan *plan, int *err)
 {
-  int fua;
-
-  plan->piece_flags = 0;
-  plan->flush_at_end = false;
-  if (!(flags & NBDKIT_FLAG_FUA))
-    return 0;
-  fua = next->can_fua (next);
-  if (fua == -1)
+  if (fua_plan_make (next, flags, plan, err) == -1)
     {
-      *err = EIO;
-      return -1;
-    }
-  /* When the layer below only emulates FUA it would flush after every
-   * piece; one flush after the last piece gives the same guarantee.
-   */
-  if (fua == NBDKIT_FUA_EMULATE && next->can_flush (next) == 1)
-    plan->flush_at_end = true;
-  else if (fua > NBDKIT_FUA_NONE)
-    plan->piece_flags = NBDKIT_FLAG_FUA;
-  else
-    {
-      /* Cannot happen: we advertise the layer below's FUA support, so the
-       * server never hands us FUA it cannot honour.
+      /* EINVAL cannot happen: we advertise the layer below's FUA
+       * support, so the server never hands us FUA it cannot honour.
        */
-      nbdkit_error ("zerodetect: FUA requested but not supported below");
-      *err = EINVAL;
+      if (*err == EINVAL)
+        nbdkit_error ("zerodetect: FUA requested but not supported below");
       return -1;
     }
   return 0;
