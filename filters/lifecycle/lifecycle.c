@@ -55,6 +55,9 @@
 
 #include <nbdkit-filter.h>
 
+#include "cleanup.h"
+#include "lifecycle-params.h"
+
 /* How long a client over the limit waits for a closing connection. */
 #define LIMIT_GRACE_MS 1000
 
@@ -93,9 +96,12 @@ lifecycle_unload (void)
   free (unlink_path);
 }
 
+static const struct param_spec lifecycle_params[]
+    = { LIFECYCLE_PARAMS (PARAM_SPEC) };
+
+/* Set one of the parameters in lifecycle_params. */
 static int
-lifecycle_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
-                  const char *key, const char *value)
+set_param (const char *key, const char *value)
 {
   int r;
 
@@ -159,15 +165,13 @@ lifecycle_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
         }
       return 0;
     }
-  return next (nxdata, key, value);
+  abort (); /* a key in LIFECYCLE_PARAMS without a case here */
 }
 
-#define lifecycle_config_help                                                  \
-  "lifecycle-limit=N          At most N clients at once (0: no limit).\n"      \
-  "lifecycle-exit-last=BOOL   Shut down when the last client leaves.\n"        \
-  "lifecycle-unlink=PATH      Remove the socket PATH before that.\n"           \
-  "lifecycle-control=FD       Socket to the supervisor (R, T, F).\n"           \
-  "lifecycle-flush=BOOL       Flush when drained (default true)."
+/* Ours if LIFECYCLE_PARAMS lists it, else the next layer's. */
+PARAM_FILTER_CONFIG (lifecycle_config, lifecycle_params, set_param)
+
+#define lifecycle_config_help LIFECYCLE_PARAMS (PARAM_HELP_LINE)
 
 /*---------------------------------------------------------------------
  * The gate and the drain.
@@ -181,7 +185,7 @@ static void __attribute__ ((noreturn)) wait_forever (void)
   static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
 
-  pthread_mutex_lock (&m);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&m);
   for (;;)
     pthread_cond_wait (&never, &m);
 }
@@ -226,10 +230,9 @@ drain (void)
   bool ok = true;
 
   {
-    pthread_mutex_lock (&count_lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&count_lock);
     shutting_down = true;
     pthread_cond_broadcast (&count_changed);
-    pthread_mutex_unlock (&count_lock);
   }
   atomic_store (&closed, true);
   while (atomic_load (&inside) > 0)
@@ -331,11 +334,44 @@ lifecycle_cleanup (nbdkit_backend *backend)
  * Counting clients.
  */
 
+/* Why admit refused a client. */
+enum refusal
+{
+  ADMITTED,
+  REFUSED_SHUTTING_DOWN,
+  REFUSED_LIMIT
+};
+
+/* Count a new connection against the limit, after a grace for a
+ * closing one to finish if the limit is reached.
+ */
+static enum refusal
+admit (struct handle *h)
+{
+  struct timespec deadline;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&count_lock);
+  clock_gettime (CLOCK_REALTIME, &deadline);
+  deadline.tv_nsec += (LIMIT_GRACE_MS % 1000) * 1000000L;
+  deadline.tv_sec += LIMIT_GRACE_MS / 1000 + deadline.tv_nsec / 1000000000L;
+  deadline.tv_nsec %= 1000000000L;
+  while (!shutting_down && limit > 0 && open_count >= limit)
+    if (pthread_cond_timedwait (&count_changed, &count_lock, &deadline)
+        == ETIMEDOUT)
+      break;
+  if (shutting_down)
+    return REFUSED_SHUTTING_DOWN;
+  if (limit > 0 && open_count >= limit)
+    return REFUSED_LIMIT;
+  open_count++;
+  h->counted = true;
+  return ADMITTED;
+}
+
 static void *
 lifecycle_open (nbdkit_next_open *next, nbdkit_context *context, int readonly,
                 const char *exportname, int is_tls)
 {
-  struct timespec deadline;
   struct handle *h;
 
   if (next (context, readonly, exportname) == -1)
@@ -347,49 +383,34 @@ lifecycle_open (nbdkit_next_open *next, nbdkit_context *context, int readonly,
       return NULL;
     }
 
-  pthread_mutex_lock (&count_lock);
-  clock_gettime (CLOCK_REALTIME, &deadline);
-  deadline.tv_nsec += (LIMIT_GRACE_MS % 1000) * 1000000L;
-  deadline.tv_sec += LIMIT_GRACE_MS / 1000 + deadline.tv_nsec / 1000000000L;
-  deadline.tv_nsec %= 1000000000L;
-  while (!shutting_down && limit > 0 && open_count >= limit)
-    if (pthread_cond_timedwait (&count_changed, &count_lock, &deadline)
-        == ETIMEDOUT)
-      break;
-  if (shutting_down)
+  switch (admit (h))
     {
-      pthread_mutex_unlock (&count_lock);
+    case ADMITTED:
+      return h;
+    case REFUSED_SHUTTING_DOWN:
       nbdkit_error ("lifecycle: the server is shutting down");
-      free (h);
-      return NULL;
-    }
-  if (limit > 0 && open_count >= limit)
-    {
-      pthread_mutex_unlock (&count_lock);
+      break;
+    case REFUSED_LIMIT:
       nbdkit_error ("lifecycle: too many clients connected (%u): connection "
                     "rejected",
                     limit);
-      free (h);
-      return NULL;
+      break;
     }
-  open_count++;
-  h->counted = true;
-  pthread_mutex_unlock (&count_lock);
-  return h;
+  free (h);
+  return NULL;
 }
 
 /* The connection stops counting against the limit (once). */
 static void
 uncount (struct handle *h)
 {
-  pthread_mutex_lock (&count_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&count_lock);
   if (h->counted)
     {
       h->counted = false;
       open_count--;
       pthread_cond_broadcast (&count_changed);
     }
-  pthread_mutex_unlock (&count_lock);
 }
 
 static int
@@ -416,12 +437,13 @@ lifecycle_close (void *handle)
   uncount (handle);
   free (handle);
 
-  pthread_mutex_lock (&count_lock);
-  last = exit_last && open_count == 0 && !shutting_down;
-  if (last)
-    shutting_down = true;
-  pthread_cond_broadcast (&count_changed);
-  pthread_mutex_unlock (&count_lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&count_lock);
+    last = exit_last && open_count == 0 && !shutting_down;
+    if (last)
+      shutting_down = true;
+    pthread_cond_broadcast (&count_changed);
+  }
   if (last)
     {
       /* Before nbdkit stops accepting: a client connecting now gets
