@@ -13,6 +13,10 @@
  * costs only a memmove of a few hundred KiB per insertion.
  *
  * None of these functions lock: the caller holds the buffer lock.
+ *
+ * The bottom of the stack: intervals.c calls nothing else of the filter
+ * and is nbdkit-free (tests/test-coalesce-intervals.c runs it alone).
+ * Called by: buffer.c, writeback.c, coalesce.c (iv_charge).
  */
 #ifndef NBDSTACK_COALESCE_INTERVALS_H
 #define NBDSTACK_COALESCE_INTERVALS_H
@@ -67,7 +71,9 @@ extern int ivset_reserve (struct ivset *s, size_t n);
 
 /* Insert at idx (caller keeps the order); capacity must be reserved. */
 extern void ivset_insert (struct ivset *s, size_t idx, struct iv iv);
+/* Remove the interval at idx, uncharging it. */
 extern void ivset_remove (struct ivset *s, size_t idx);
+/* Set the state of the interval at idx, keeping dirty_bytes right. */
 extern void ivset_set_state (struct ivset *s, size_t idx, enum iv_state st);
 
 /* True if any interval overlapping [a, b) is not IV_DIRTY. */
