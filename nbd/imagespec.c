@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "imagespec.h"
+#include "json.h"
 #include "parse-size-arg.h"
 #include "set-error.h"
 

@@ -213,6 +213,15 @@ exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd,
   _exit (EXIT_FAILURE);
 }
 
+void
+supervise_remove_stale_socket (const char *path)
+{
+  struct stat st;
+
+  if (lstat (path, &st) == 0 && S_ISSOCK (st.st_mode))
+    unlink (path);
+}
+
 /* ---- the supervisor */
 
 struct state
