@@ -11,16 +11,23 @@
 
 const char *const progname = "nbdstack-nbd";
 
+/* "PROGNAME: PREFIXMESSAGE\n" on stderr. */
+static void
+report (const char *prefix, const char *fmt, va_list ap)
+{
+  fprintf (stderr, "%s: %s", progname, prefix);
+  vfprintf (stderr, fmt, ap);
+  fputc ('\n', stderr);
+}
+
 void
 die (const char *fmt, ...)
 {
   va_list ap;
 
-  fprintf (stderr, "%s: ", progname);
   va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
+  report ("", fmt, ap);
   va_end (ap);
-  fputc ('\n', stderr);
   exit (EXIT_FAILURE);
 }
 
@@ -29,9 +36,7 @@ warn (const char *fmt, ...)
 {
   va_list ap;
 
-  fprintf (stderr, "%s: warning: ", progname);
   va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
+  report ("warning: ", fmt, ap);
   va_end (ap);
-  fputc ('\n', stderr);
 }
