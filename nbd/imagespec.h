@@ -66,6 +66,7 @@ extern int image_spec_parse (const char *filename, bool image_opts,
                              const char *format, struct image_spec *spec,
                              char **err);
 
+/* Free what SPEC holds (not SPEC itself). */
 extern void image_spec_free (struct image_spec *spec);
 
 /* qemu's size syntax: a number with an optional K, M, G, T, P or E

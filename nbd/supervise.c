@@ -66,8 +66,8 @@ static bool
 is_handshake_hangup (const char *line)
 {
   static const char *const steps[]
-      = { "newstyle handshake", "initial client flags", "reading option",
-          ": NBD_OPT_", "reading number of queries", "query string" };
+      = { "newstyle handshake", "initial client flags",      "reading option",
+          ": NBD_OPT_",         "reading number of queries", "query string" };
   static const char *const reasons[]
       = { "Broken pipe", "Connection reset by peer", "end of file" };
   bool step = false, reason = false;
@@ -178,13 +178,12 @@ write_pid_file (const char *path, const char *progname)
   fp = fopen (tmp, "w");
   if (fp == NULL || fprintf (fp, "%ld\n", (long)getpid ()) < 0
       || fclose (fp) == EOF || rename (tmp, path) == -1)
-    fprintf (stderr, "%s: Failed to write pid file '%s': %m\n", progname,
-             path);
+    fprintf (stderr, "%s: Failed to write pid file '%s': %m\n", progname, path);
 }
 
 static void __attribute__ ((noreturn))
-exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd,
-             int ctlfd, const sigset_t *oldmask)
+exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd, int ctlfd,
+             const sigset_t *oldmask)
 {
   int target = supervise_control_fd (o->activation_fds);
 
@@ -228,17 +227,17 @@ struct state
 {
   const struct supervise_opts *o;
   pid_t child;
-  int ctl;            /* our end of the control socket, -1 once closed */
-  bool ready;         /* the filter said 'R' */
-  bool draining;      /* we said 'T' */
-  bool killed;        /* we killed nbdkit after the drain */
-  bool flush_failed;  /* the filter said 'E' */
-  struct stat sock;   /* the socket, as nbdkit made it */
+  int ctl;           /* our end of the control socket, -1 once closed */
+  bool ready;        /* the filter said 'R' */
+  bool draining;     /* we said 'T' */
+  bool killed;       /* we killed nbdkit after the drain */
+  bool flush_failed; /* the filter said 'E' */
+  struct stat sock;  /* the socket, as nbdkit made it */
   bool have_sock;
-  int errfd;          /* our end of nbdkit's stderr */
-  int sfd;            /* the signalfd of the signals in handled[] */
-  sigset_t oldmask;   /* the caller's signal mask, restored at the end */
-  bool exited;        /* nbdkit has been reaped, its status in status */
+  int errfd;        /* our end of nbdkit's stderr */
+  int sfd;          /* the signalfd of the signals in handled[] */
+  sigset_t oldmask; /* the caller's signal mask, restored at the end */
+  bool exited;      /* nbdkit has been reaped, its status in status */
   int status;
 };
 
@@ -473,8 +472,9 @@ exit_status (const struct state *s)
       /* Terminated by a signal, after the drain: qemu-nbd exits 0. */
       if (s->flush_failed)
         {
-          fprintf (stderr, "%s: the flush at exit failed: data written may "
-                           "not be on disk\n",
+          fprintf (stderr,
+                   "%s: the flush at exit failed: data written may "
+                   "not be on disk\n",
                    s->o->progname);
           return EXIT_FAILURE;
         }
