@@ -15,9 +15,12 @@
  * line naming the option.  Nothing is silently ignored.  See
  * nbdstack-nbd.pod for the table of options.
  *
- *   main -> cmdline (qemu-nbd's options)
- *        -> plan (settings, imagespec, probe, locate: nbdkit's argv)
- *        -> supervise (nbdkit as our child)
+ *   main -> cmdline    qemu-nbd's options
+ *        -> plan       nbdkit's argv: -> settings, imagespec (-> json),
+ *                      probe, locate, argv; cmdline_activation_fds and
+ *                      supervise_control_fd
+ *        -> supervise  nbdkit as our child
+ *   (die: the messages, used by all of them)
  */
 #include <config.h>
 
