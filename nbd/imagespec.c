@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "imagespec.h"
+#include "json.h"
 #include "parse-size-arg.h"
 #include "set-error.h"
 
@@ -224,56 +225,158 @@ unsupported_driver (struct interp *in, const char *driver)
   return set_error (in->err, "Unknown driver '%s'", driver);
 }
 
-/* The node at PREFIX ("" or "file." or "file.file."...). */
+static int interpret_layer (struct interp *in, const char *prefix,
+                            const char *fmt, enum layer_kind *kind);
+
+/* A protocol node at PREFIX (driver file or host_device). */
 static int
-interpret_layer (struct interp *in, const char *prefix, const char *fmt,
+protocol_layer (struct interp *in, const char *prefix, const char *driver,
+                enum layer_kind *kind)
+{
+  struct image_spec *spec = in->spec;
+  const char *filename = take_string (in, prefix, "filename");
+
+  if (filename == NULL)
+    return set_error (in->err, "Parameter '%sfilename' is required", prefix);
+  spec->path = strdup (filename);
+  if (spec->path == NULL)
+    return set_error (in->err, "out of memory");
+  spec->protocol = driver[0] == 'f' ? PROTOCOL_FILE : PROTOCOL_HOST_DEVICE;
+  /* A protocol node alone is served byte for byte, unprobed. */
+  if (*prefix == '\0')
+    spec->format = FORMAT_RAW;
+  *kind = LAYER_PROTOCOL;
+  return 0;
+}
+
+/* A qcow2 node's "backing": only null is taken. */
+static int
+take_backing (struct interp *in, const char *prefix)
+{
+  struct flat_opt *o = find (in, prefix, "backing");
+
+  if (o == NULL)
+    return 0;
+  o->used = true;
+  if (o->type != OPT_NULL && o->value[0] != '\0')
+    return set_error (in->err,
+                      "%sbacking='%s': only \"backing\": null is "
+                      "supported (the image's own backing chain "
+                      "is followed without it)",
+                      prefix, o->value);
+  in->spec->backing_none = true;
+  return 0;
+}
+
+/* qcow2 over raw over a protocol node: the raw node's byte range (if
+ * any) is where the qcow2 image lies in the file.  Makes *CHILD_KIND
+ * LAYER_PROTOCOL if it folds the range.
+ */
+static void
+fold_image_range (struct interp *in, const char *child,
+                  enum layer_kind *child_kind)
+{
+  struct image_spec *spec = in->spec;
+  const char *cd = take_string (in, child, "driver");
+
+  if (cd && strcmp (cd, "raw") == 0)
+    {
+      spec->has_image_range = spec->has_range;
+      spec->image_offset = spec->range_offset;
+      spec->has_image_length = spec->has_range_size;
+      spec->image_length = spec->range_size;
+      spec->has_range = spec->has_range_size = false;
+      spec->range_offset = spec->range_size = 0;
+      *child_kind = LAYER_PROTOCOL;
+    }
+}
+
+/* A format node at PREFIX (qcow2, or probed when DRIVER is NULL) over
+ * CHILD, which must be the file: the plugin opens a path.
+ */
+static int
+format_layer (struct interp *in, const char *prefix, const char *child,
+              const char *driver, enum layer_kind *kind)
+{
+  struct image_spec *spec = in->spec;
+  enum layer_kind child_kind;
+
+  if (driver && take_backing (in, prefix) == -1)
+    return -1;
+  if (interpret_layer (in, child, NULL, &child_kind) == -1)
+    return -1;
+  if (driver && child_kind != LAYER_PROTOCOL && spec->format == FORMAT_RAW
+      && !spec->has_image_range)
+    fold_image_range (in, child, &child_kind);
+  if (child_kind != LAYER_PROTOCOL)
+    {
+      if (driver)
+        return set_error (in->err,
+                          "%s over a raw node over another format is not "
+                          "supported (only over a file or a byte range of "
+                          "one)",
+                          driver);
+      return set_error (in->err, "a probed format over a raw node is not "
+                                 "supported (name the driver: qcow2 or raw)");
+    }
+  spec->format = driver ? FORMAT_QCOW2 : FORMAT_PROBE;
+  *kind = LAYER_FORMAT;
+  return 0;
+}
+
+/* A raw node at PREFIX: a byte range of CHILD, which may be a file or a
+ * format.
+ */
+static int
+range_layer (struct interp *in, const char *prefix, const char *child,
+             enum layer_kind *kind)
+{
+  struct image_spec *spec = in->spec;
+  enum layer_kind child_kind;
+  bool has_offset, has_size;
+  uint64_t offset = 0, size = 0;
+
+  if (take_uint (in, prefix, "offset", &has_offset, &offset) == -1
+      || take_uint (in, prefix, "size", &has_size, &size) == -1)
+    return -1;
+  if (interpret_layer (in, child, NULL, &child_kind) == -1)
+    return -1;
+  if (child_kind == LAYER_RANGE)
+    return set_error (in->err, "a raw node over another raw node is not "
+                               "supported");
+  if (child_kind == LAYER_PROTOCOL)
+    spec->format = FORMAT_RAW;
+  if (!has_offset && !has_size)
+    {
+      *kind = child_kind == LAYER_PROTOCOL ? LAYER_FORMAT : child_kind;
+      return 0;
+    }
+  /* qemu refuses sizes that are not whole sectors, so that rounding up
+   * cannot leak bytes beyond the range.
+   */
+  if (has_size && size % 512 != 0)
+    return set_error (in->err, "Specified size is not multiple of 512");
+  spec->has_range = true;
+  spec->range_offset = offset;
+  spec->has_range_size = has_size;
+  spec->range_size = size;
+  *kind = LAYER_RANGE;
+  return 0;
+}
+
+/* A node without a driver of its own kind: a reference to another node
+ * (refused), {"file": {"filename": ...}} (the protocol picked from the
+ * filename, as qemu does), or one with no "file" child (refused).  1 if
+ * it is none of these, and the node is a format or range over its
+ * "file" child.
+ */
+static int
+childless_layer (struct interp *in, const char *prefix, const char *driver,
                  enum layer_kind *kind)
 {
   struct image_spec *spec = in->spec;
-  struct flat_opt *o;
-  const char *driver;
-  char *child = NULL;
-  enum layer_kind child_kind;
-  bool ro = false;
-  int r = -1;
+  struct flat_opt *o = find (in, prefix, "file");
 
-  if (take_bool (in, prefix, "read-only", &ro) == -1)
-    return -1;
-  spec->read_only |= ro;
-
-  o = find (in, prefix, "driver");
-  driver = take_string (in, prefix, "driver");
-  if (o && o->type != OPT_STRING)
-    return set_error (in->err, "Parameter '%sdriver' expects a string", prefix);
-  if (fmt && *prefix == '\0')
-    {
-      if (driver && strcmp (driver, fmt) != 0)
-        return set_error (in->err, "Cannot specify both -f %s and driver '%s'",
-                          fmt, driver);
-      driver = fmt;
-    }
-
-  if (driver
-      && (strcmp (driver, "file") == 0 || strcmp (driver, "host_device") == 0))
-    {
-      const char *filename = take_string (in, prefix, "filename");
-
-      if (filename == NULL)
-        return set_error (in->err, "Parameter '%sfilename' is required",
-                          prefix);
-      spec->path = strdup (filename);
-      if (spec->path == NULL)
-        return set_error (in->err, "out of memory");
-      spec->protocol = driver[0] == 'f' ? PROTOCOL_FILE : PROTOCOL_HOST_DEVICE;
-      /* A protocol node alone is served byte for byte, unprobed. */
-      if (*prefix == '\0')
-        spec->format = FORMAT_RAW;
-      *kind = LAYER_PROTOCOL;
-      return 0;
-    }
-
-  /* Every other node is a format (or range) over a "file" child. */
-  o = find (in, prefix, "file");
   if (o)
     {
       o->used = true;
@@ -286,9 +389,6 @@ interpret_layer (struct interp *in, const char *prefix, const char *fmt,
     }
   if (driver == NULL && *prefix != '\0' && find (in, prefix, "filename"))
     {
-      /* {"file": {"filename": ...}}: qemu picks the protocol driver
-       * from the filename, file or host_device.
-       */
       spec->path = strdup (take_string (in, prefix, "filename"));
       if (spec->path == NULL)
         return set_error (in->err, "out of memory");
@@ -309,111 +409,49 @@ interpret_layer (struct interp *in, const char *prefix, const char *fmt,
     }
   if (driver && strcmp (driver, "raw") != 0 && strcmp (driver, "qcow2") != 0)
     return unsupported_driver (in, driver);
+  return 1;
+}
 
-  if (asprintf (&child, "%sfile.", prefix) == -1)
-    return set_error (in->err, "out of memory");
+/* The node at PREFIX ("" or "file." or "file.file."...). */
+static int
+interpret_layer (struct interp *in, const char *prefix, const char *fmt,
+                 enum layer_kind *kind)
+{
+  struct flat_opt *o;
+  const char *driver;
+  char *child;
+  bool ro = false;
+  int r;
 
-  if (driver == NULL || strcmp (driver, "qcow2") == 0)
+  if (take_bool (in, prefix, "read-only", &ro) == -1)
+    return -1;
+  in->spec->read_only |= ro;
+
+  o = find (in, prefix, "driver");
+  driver = take_string (in, prefix, "driver");
+  if (o && o->type != OPT_STRING)
+    return set_error (in->err, "Parameter '%sdriver' expects a string", prefix);
+  if (fmt && *prefix == '\0')
     {
-      /* A format node (qcow2, or probed when no driver is given) must
-       * sit right on the file: the plugin opens a path.
-       */
-      if (driver)
-        {
-          o = find (in, prefix, "backing");
-          if (o)
-            {
-              o->used = true;
-              if (o->type != OPT_NULL && o->value[0] != '\0')
-                {
-                  set_error (in->err,
-                             "%sbacking='%s': only \"backing\": null is "
-                             "supported (the image's own backing chain "
-                             "is followed without it)",
-                             prefix, o->value);
-                  goto out;
-                }
-              spec->backing_none = true;
-            }
-        }
-      if (interpret_layer (in, child, NULL, &child_kind) == -1)
-        goto out;
-      if (driver && child_kind != LAYER_PROTOCOL && spec->format == FORMAT_RAW
-          && !spec->has_image_range)
-        {
-          /* qcow2 over raw over a protocol node: the raw node's byte
-           * range (if any) is where the qcow2 image lies in the file.
-           */
-          const char *cd = take_string (in, child, "driver");
-          if (cd && strcmp (cd, "raw") == 0)
-            {
-              spec->has_image_range = spec->has_range;
-              spec->image_offset = spec->range_offset;
-              spec->has_image_length = spec->has_range_size;
-              spec->image_length = spec->range_size;
-              spec->has_range = spec->has_range_size = false;
-              spec->range_offset = spec->range_size = 0;
-              child_kind = LAYER_PROTOCOL;
-            }
-        }
-      if (child_kind != LAYER_PROTOCOL)
-        {
-          if (driver)
-            set_error (in->err,
-                       "%s over a raw node over another format is not "
-                       "supported (only over a file or a byte range of "
-                       "one)",
-                       driver);
-          else
-            set_error (in->err, "a probed format over a raw node is not "
-                                "supported (name the driver: qcow2 or raw)");
-          goto out;
-        }
-      spec->format = driver ? FORMAT_QCOW2 : FORMAT_PROBE;
-      *kind = LAYER_FORMAT;
-      r = 0;
-      goto out;
+      if (driver && strcmp (driver, fmt) != 0)
+        return set_error (in->err, "Cannot specify both -f %s and driver '%s'",
+                          fmt, driver);
+      driver = fmt;
     }
 
-  /* raw: a byte range of its child, which may be a file or a format. */
-  {
-    bool has_offset, has_size;
-    uint64_t offset = 0, size = 0;
-
-    if (take_uint (in, prefix, "offset", &has_offset, &offset) == -1
-        || take_uint (in, prefix, "size", &has_size, &size) == -1)
-      goto out;
-    if (interpret_layer (in, child, NULL, &child_kind) == -1)
-      goto out;
-    if (child_kind == LAYER_RANGE)
-      {
-        set_error (in->err, "a raw node over another raw node is not "
-                            "supported");
-        goto out;
-      }
-    if (child_kind == LAYER_PROTOCOL)
-      spec->format = FORMAT_RAW;
-    if (has_offset || has_size)
-      {
-        /* qemu refuses sizes that are not whole sectors, so that
-         * rounding up cannot leak bytes beyond the range.
-         */
-        if (has_size && size % 512 != 0)
-          {
-            set_error (in->err, "Specified size is not multiple of 512");
-            goto out;
-          }
-        spec->has_range = true;
-        spec->range_offset = offset;
-        spec->has_range_size = has_size;
-        spec->range_size = size;
-        *kind = LAYER_RANGE;
-      }
-    else
-      *kind = child_kind == LAYER_PROTOCOL ? LAYER_FORMAT : child_kind;
-    r = 0;
-  }
-out:
+  if (driver
+      && (strcmp (driver, "file") == 0 || strcmp (driver, "host_device") == 0))
+    return protocol_layer (in, prefix, driver, kind);
+  /* Every other node is a format (or range) over a "file" child. */
+  r = childless_layer (in, prefix, driver, kind);
+  if (r != 1)
+    return r;
+  if (asprintf (&child, "%sfile.", prefix) == -1)
+    return set_error (in->err, "out of memory");
+  if (driver == NULL || strcmp (driver, "qcow2") == 0)
+    r = format_layer (in, prefix, child, driver, kind);
+  else
+    r = range_layer (in, prefix, child, kind);
   free (child);
   return r;
 }

@@ -21,40 +21,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum opt_type
-{
-  OPT_STRING,
-  OPT_NUMBER,
-  OPT_BOOL,
-  OPT_NULL
-};
-
-/* One leaf of the flattened option tree. */
-struct flat_opt
-{
-  char *key;   /* "file.filename" */
-  char *value; /* text as given; "true"/"false" for JSON booleans */
-  enum opt_type type;
-  bool used; /* consumed by the interpreter */
-};
-
-struct flat_opts
-{
-  struct flat_opt *v;
-  size_t n;
-};
-
-/* Parse the text after "json:" into OUT.  On error returns -1 and sets
- * *ERR to a malloc'd message.
- */
-extern int json_flatten (const char *text, struct flat_opts *out, char **err);
-
-/* Parse a QemuOpts string ("driver=raw,file.filename=a,,b") into OUT. */
-extern int image_opts_flatten (const char *text, struct flat_opts *out,
-                               char **err);
-
-extern void flat_opts_free (struct flat_opts *opts);
-
 enum image_format
 {
   FORMAT_PROBE, /* look at the file, as qemu does without -f */
@@ -100,6 +66,7 @@ extern int image_spec_parse (const char *filename, bool image_opts,
                              const char *format, struct image_spec *spec,
                              char **err);
 
+/* Free what SPEC holds (not SPEC itself). */
 extern void image_spec_free (struct image_spec *spec);
 
 /* qemu's size syntax: a number with an optional K, M, G, T, P or E

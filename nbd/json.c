@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "imagespec.h"
+#include "json.h"
 #include "set-error.h"
 
 struct parser

@@ -9,35 +9,50 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "filters/coalesce/coalesce-params.h"
+#include "filters/discard/discard-params.h"
+#include "filters/zerodetect/zerodetect-params.h"
+#include "plugins/image/image-params.h"
 #include "settings.h"
 
-/* Every key there is.  Values are checked by whoever receives them
- * (nbdkit, the plugin, the filter), which then refuses to start with a
- * message naming the parameter; only the key is checked here, so that
- * a typo is not silently ignored.
+/* Every key there is: our own, then the components' parameters marked
+ * PARAM_SETTING, expanded from their lists (param-table.h) so that a
+ * parameter added to a component is a setting without a line here.
+ * Values are checked by whoever receives them (nbdkit, the plugin, the
+ * filter), which then refuses to start with a message naming the
+ * parameter; only the key is checked here, so that a typo is not
+ * silently ignored.
  */
-static const struct
+struct known_key
 {
   const char *key;
+  const char *value; /* printed by --help after "key=" */
+  unsigned flags;    /* PARAM_SETTING, or the key is not taken */
   enum setting_dest dest;
-  const char *help;
-} known[] = {
-  { "coalesce", DEST_SELF, "on|off: the coalesce filter (default off)" },
-  { "coalesce-mode", DEST_COALESCE, "writeback|writethrough" },
-  { "coalesce-size", DEST_COALESCE, "SIZE" },
-  { "coalesce-delay", DEST_COALESCE, "MS" },
-  { "coalesce-max-write", DEST_COALESCE, "SIZE" },
-  { "coalesce-threads", DEST_COALESCE, "N" },
-  { "coalesce-hugepages", DEST_COALESCE, "BOOL" },
-  { "zerodetect-granularity", DEST_ZERODETECT, "SIZE" },
-  { "discard-granularity", DEST_DISCARD, "SIZE" },
-  { "discard-max", DEST_DISCARD, "SIZE" },
-  { "backing-dir", DEST_PLUGIN, "DIR" },
-  { "backing-max-depth", DEST_PLUGIN, "N" },
-  { "l2-cache-size", DEST_PLUGIN, "SIZE" },
-  { "threads", DEST_NBDKIT, "N: nbdkit -t" },
-  { "nbdkit-debug", DEST_SELF, "on|off: nbdkit -v, all of nbdkit's stderr" },
 };
+
+/* clang-format off */
+#define KNOWN_PLUGIN(key, value, help, flags)                                  \
+  { key, value, flags, DEST_PLUGIN },
+#define KNOWN_COALESCE(key, value, help, flags)                                \
+  { key, value, flags, DEST_COALESCE },
+#define KNOWN_ZERODETECT(key, value, help, flags)                              \
+  { key, value, flags, DEST_ZERODETECT },
+#define KNOWN_DISCARD(key, value, help, flags)                                 \
+  { key, value, flags, DEST_DISCARD },
+
+static const struct known_key known[] = {
+  { "coalesce", "on|off: the coalesce filter (default off)", PARAM_SETTING,
+    DEST_SELF },
+  COALESCE_PARAMS (KNOWN_COALESCE)
+  ZERODETECT_PARAMS (KNOWN_ZERODETECT)
+  DISCARD_PARAMS (KNOWN_DISCARD)
+  IMAGE_PARAMS (KNOWN_PLUGIN)
+  { "threads", "N: nbdkit -t", PARAM_SETTING, DEST_NBDKIT },
+  { "nbdkit-debug", "on|off: nbdkit -v, all of nbdkit's stderr", PARAM_SETTING,
+    DEST_SELF },
+};
+/* clang-format on */
 
 #define N_KNOWN (sizeof known / sizeof known[0])
 
@@ -45,7 +60,8 @@ void
 settings_print_keys (void)
 {
   for (size_t i = 0; i < N_KNOWN; ++i)
-    printf ("  %s=%s\n", known[i].key, known[i].help);
+    if (known[i].flags & PARAM_SETTING)
+      printf ("  %s=%s\n", known[i].key, known[i].value);
 }
 
 const char *
@@ -66,7 +82,7 @@ set (struct settings *s, const char *origin, unsigned line, const char *key,
   size_t k;
 
   for (k = 0; k < N_KNOWN; ++k)
-    if (strlen (known[k].key) == keylen
+    if ((known[k].flags & PARAM_SETTING) && strlen (known[k].key) == keylen
         && strncmp (known[k].key, key, keylen) == 0)
       break;
   if (k == N_KNOWN)

@@ -46,7 +46,9 @@ extern int settings_load (struct settings *s, const char *default_config);
 /* The value of KEY, or NULL. */
 extern const char *settings_get (const struct settings *s, const char *key);
 
-/* Space-separated list of the known keys, for --help. */
+/* Print the known keys, "  key=VALUE" a line, for --help: ours, then
+ * the components' PARAM_SETTING parameters (their <component>-params.h).
+ */
 extern void settings_print_keys (void);
 
 #endif /* NBDSTACK_NBD_SETTINGS_H */

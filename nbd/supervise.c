@@ -66,8 +66,8 @@ static bool
 is_handshake_hangup (const char *line)
 {
   static const char *const steps[]
-      = { "newstyle handshake", "initial client flags", "reading option",
-          ": NBD_OPT_", "reading number of queries", "query string" };
+      = { "newstyle handshake", "initial client flags",      "reading option",
+          ": NBD_OPT_",         "reading number of queries", "query string" };
   static const char *const reasons[]
       = { "Broken pipe", "Connection reset by peer", "end of file" };
   bool step = false, reason = false;
@@ -178,13 +178,12 @@ write_pid_file (const char *path, const char *progname)
   fp = fopen (tmp, "w");
   if (fp == NULL || fprintf (fp, "%ld\n", (long)getpid ()) < 0
       || fclose (fp) == EOF || rename (tmp, path) == -1)
-    fprintf (stderr, "%s: Failed to write pid file '%s': %m\n", progname,
-             path);
+    fprintf (stderr, "%s: Failed to write pid file '%s': %m\n", progname, path);
 }
 
 static void __attribute__ ((noreturn))
-exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd,
-             int ctlfd, const sigset_t *oldmask)
+exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd, int ctlfd,
+             const sigset_t *oldmask)
 {
   int target = supervise_control_fd (o->activation_fds);
 
@@ -213,19 +212,33 @@ exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd,
   _exit (EXIT_FAILURE);
 }
 
+void
+supervise_remove_stale_socket (const char *path)
+{
+  struct stat st;
+
+  if (lstat (path, &st) == 0 && S_ISSOCK (st.st_mode))
+    unlink (path);
+}
+
 /* ---- the supervisor */
 
 struct state
 {
   const struct supervise_opts *o;
   pid_t child;
-  int ctl;            /* our end of the control socket, -1 once closed */
-  bool ready;         /* the filter said 'R' */
-  bool draining;      /* we said 'T' */
-  bool killed;        /* we killed nbdkit after the drain */
-  bool flush_failed;  /* the filter said 'E' */
-  struct stat sock;   /* the socket, as nbdkit made it */
+  int ctl;           /* our end of the control socket, -1 once closed */
+  bool ready;        /* the filter said 'R' */
+  bool draining;     /* we said 'T' */
+  bool killed;       /* we killed nbdkit after the drain */
+  bool flush_failed; /* the filter said 'E' */
+  struct stat sock;  /* the socket, as nbdkit made it */
   bool have_sock;
+  int errfd;        /* our end of nbdkit's stderr */
+  int sfd;          /* the signalfd of the signals in handled[] */
+  sigset_t oldmask; /* the caller's signal mask, restored at the end */
+  bool exited;      /* nbdkit has been reaped, its status in status */
+  int status;
 };
 
 static void
@@ -318,16 +331,20 @@ on_signal (struct state *s, int sig)
     }
 }
 
-int
-supervise (const struct supervise_opts *o)
+/* The signals we read from the signalfd. */
+static const int handled[]
+    = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD };
+
+/* Block our signals into S->sfd, make nbdkit's stderr pipe and the
+ * control socket, and fork and exec nbdkit.  -1 with a message if any
+ * of it fails.
+ */
+static int
+start (struct state *s)
 {
-  static const int handled[] = { SIGTERM, SIGINT,  SIGHUP, SIGQUIT,
-                                 SIGUSR1, SIGUSR2, SIGCHLD };
-  struct state s = { .o = o, .ctl = -1 };
-  struct relay relay = { .raw = o->raw_stderr };
-  sigset_t mask, old;
-  int errp[2], ctl[2], sfd, status = 0;
-  bool err_open = true, exited = false;
+  const struct supervise_opts *o = s->o;
+  sigset_t mask;
+  int errp[2], ctl[2];
   pid_t parent = getpid ();
 
   signal (SIGPIPE, SIG_IGN);
@@ -335,123 +352,160 @@ supervise (const struct supervise_opts *o)
   for (size_t i = 0; i < sizeof handled / sizeof handled[0]; ++i)
     sigaddset (&mask, handled[i]);
   /* No signal may be lost between fork and the signalfd. */
-  sigprocmask (SIG_BLOCK, &mask, &old);
+  sigprocmask (SIG_BLOCK, &mask, &s->oldmask);
   /* A signal the caller blocked stays blocked, unread, as in qemu-nbd
    * (imageio blocks SIGINT and SIGHUP in its servers); SIGCHLD is ours.
    */
   for (size_t i = 0; i < sizeof handled / sizeof handled[0]; ++i)
-    if (handled[i] != SIGCHLD && sigismember (&old, handled[i]) == 1)
+    if (handled[i] != SIGCHLD && sigismember (&s->oldmask, handled[i]) == 1)
       sigdelset (&mask, handled[i]);
   if (pipe2 (errp, O_CLOEXEC) == -1
       || socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) == -1)
     {
       fprintf (stderr, "%s: pipe: %m\n", o->progname);
-      return EXIT_FAILURE;
+      return -1;
     }
-  sfd = signalfd (-1, &mask, SFD_CLOEXEC);
-  if (sfd == -1)
+  s->sfd = signalfd (-1, &mask, SFD_CLOEXEC);
+  if (s->sfd == -1)
     {
       fprintf (stderr, "%s: signalfd: %m\n", o->progname);
-      return EXIT_FAILURE;
+      return -1;
     }
   fflush (NULL);
-  s.child = fork ();
-  if (s.child == -1)
+  s->child = fork ();
+  if (s->child == -1)
     {
       fprintf (stderr, "%s: Failed to fork: %m\n", o->progname);
-      return EXIT_FAILURE;
+      return -1;
     }
-  if (s.child == 0)
-    exec_nbdkit (o, parent, errp[1], ctl[1], &old);
+  if (s->child == 0)
+    exec_nbdkit (o, parent, errp[1], ctl[1], &s->oldmask);
 
   close (errp[1]);
   close (ctl[1]);
-  s.ctl = ctl[0];
+  s->errfd = errp[0];
+  s->ctl = ctl[0];
   for (unsigned i = 0; i < o->activation_fds; ++i)
     close (3 + i);
+  return 0;
+}
 
-  while (!exited || err_open)
+/* One signal from the signalfd. */
+static void
+on_signalfd (struct state *s)
+{
+  struct signalfd_siginfo si;
+
+  if (read (s->sfd, &si, sizeof si) != sizeof si)
+    return;
+  if (si.ssi_signo != SIGCHLD)
+    {
+      if (!s->exited)
+        on_signal (s, si.ssi_signo);
+      return;
+    }
+  if (!s->exited && waitpid (s->child, &s->status, WNOHANG) == s->child)
+    s->exited = true;
+}
+
+/* Relay nbdkit's stderr, answer the control socket and the signals
+ * until nbdkit has exited and its stderr is read.
+ */
+static void
+run (struct state *s, struct relay *relay)
+{
+  bool err_open = true;
+
+  while (!s->exited || err_open)
     {
       struct pollfd p[3] = {
-        { .fd = sfd, .events = POLLIN },
-        { .fd = err_open ? errp[0] : -1, .events = POLLIN },
-        { .fd = exited ? -1 : s.ctl, .events = POLLIN },
+        { .fd = s->sfd, .events = POLLIN },
+        { .fd = err_open ? s->errfd : -1, .events = POLLIN },
+        { .fd = s->exited ? -1 : s->ctl, .events = POLLIN },
       };
 
       /* Once nbdkit is gone, its stderr is read to the end (it is
        * closed then, unless something nbdkit started still holds it:
        * then wait no more than a moment).
        */
-      if (poll (p, 3, exited ? 200 : -1) == -1)
+      if (poll (p, 3, s->exited ? 200 : -1) == -1)
         {
           if (errno == EINTR)
             continue;
-          fprintf (stderr, "%s: poll: %m\n", o->progname);
+          fprintf (stderr, "%s: poll: %m\n", s->o->progname);
           break;
         }
-      if (exited && !(p[1].revents & (POLLIN | POLLHUP)))
+      if (s->exited && !(p[1].revents & (POLLIN | POLLHUP)))
         break;
       if (p[1].revents & (POLLIN | POLLHUP | POLLERR))
-        err_open = relay_read (&relay, errp[0]);
+        err_open = relay_read (relay, s->errfd);
       if (p[2].revents & (POLLIN | POLLHUP | POLLERR))
-        on_control (&s);
+        on_control (s);
       if (p[0].revents & POLLIN)
-        {
-          struct signalfd_siginfo si;
-
-          if (read (sfd, &si, sizeof si) != sizeof si)
-            continue;
-          if (si.ssi_signo != SIGCHLD)
-            {
-              if (!exited)
-                on_signal (&s, si.ssi_signo);
-              continue;
-            }
-          if (!exited && waitpid (s.child, &status, WNOHANG) == s.child)
-            exited = true;
-        }
+        on_signalfd (s);
     }
   if (err_open)
-    relay_lines (&relay, true);
-  close (errp[0]);
-  if (s.ctl >= 0)
-    close (s.ctl);
-  close (sfd);
+    relay_lines (relay, true);
+}
 
-  /* qemu-nbd removes its socket when it exits.  Only if it is still the
-   * one nbdkit made: after the last client left, the lifecycle filter
-   * has removed it already, and another server may have made a new one.
-   */
-  if (o->sockpath && s.have_sock)
-    {
-      struct stat st;
+/* qemu-nbd removes its socket when it exits.  Only if it is still the
+ * one nbdkit made: after the last client left, the lifecycle filter has
+ * removed it already, and another server may have made a new one.
+ */
+static void
+remove_own_socket (const struct state *s)
+{
+  struct stat st;
 
-      if (lstat (o->sockpath, &st) == 0 && S_ISSOCK (st.st_mode)
-          && st.st_ino == s.sock.st_ino && st.st_dev == s.sock.st_dev)
-        unlink (o->sockpath);
-    }
-  sigprocmask (SIG_SETMASK, &old, NULL);
+  if (s->o->sockpath && s->have_sock && lstat (s->o->sockpath, &st) == 0
+      && S_ISSOCK (st.st_mode) && st.st_ino == s->sock.st_ino
+      && st.st_dev == s->sock.st_dev)
+    unlink (s->o->sockpath);
+}
 
-  if (s.killed)
+/* Our exit status, as qemu-nbd's would be. */
+static int
+exit_status (const struct state *s)
+{
+  if (s->killed)
     {
       /* Terminated by a signal, after the drain: qemu-nbd exits 0. */
-      if (s.flush_failed)
+      if (s->flush_failed)
         {
-          fprintf (stderr, "%s: the flush at exit failed: data written may "
-                           "not be on disk\n",
-                   o->progname);
+          fprintf (stderr,
+                   "%s: the flush at exit failed: data written may "
+                   "not be on disk\n",
+                   s->o->progname);
           return EXIT_FAILURE;
         }
       return EXIT_SUCCESS;
     }
-  if (WIFSIGNALED (status))
+  if (WIFSIGNALED (s->status))
     {
       /* Die the same way, so our parent sees what happened. */
-      signal (WTERMSIG (status), SIG_DFL);
-      raise (WTERMSIG (status));
-      return 128 + WTERMSIG (status);
+      signal (WTERMSIG (s->status), SIG_DFL);
+      raise (WTERMSIG (s->status));
+      return 128 + WTERMSIG (s->status);
     }
-  return WEXITSTATUS (status);
+  return WEXITSTATUS (s->status);
+}
+
+int
+supervise (const struct supervise_opts *o)
+{
+  struct state s = { .o = o, .ctl = -1 };
+  struct relay relay = { .raw = o->raw_stderr };
+
+  if (start (&s) == -1)
+    return EXIT_FAILURE;
+  run (&s, &relay);
+  close (s.errfd);
+  if (s.ctl >= 0)
+    close (s.ctl);
+  close (s.sfd);
+  remove_own_socket (&s);
+  sigprocmask (SIG_SETMASK, &s.oldmask, NULL);
+  return exit_status (&s);
 }
 
 int

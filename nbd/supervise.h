@@ -24,6 +24,12 @@ struct supervise_opts
  */
 extern int supervise_control_fd (unsigned activation_fds);
 
+/* Remove PATH if it is a socket left over by an earlier server, as
+ * qemu-nbd replaces it (nbdkit would fail with "Address already in
+ * use"); anything else at PATH is left alone.
+ */
+extern void supervise_remove_stale_socket (const char *path);
+
 /* Run nbdkit (O->argv) as our child and stay its parent until it is
  * gone: SIGTERM, SIGINT and SIGHUP drain and flush it through the
  * lifecycle filter and then kill it; our death kills it; its stderr
