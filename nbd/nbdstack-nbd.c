@@ -65,7 +65,8 @@ die (const char *fmt, ...)
   exit (EXIT_FAILURE);
 }
 
-static void __attribute__ ((format (printf, 1, 2))) warn (const char *fmt, ...)
+static __attribute__ ((format (printf, 1, 2))) void
+warn (const char *fmt, ...)
 {
   va_list ap;
 
@@ -456,7 +457,8 @@ parse_u64 (const char *s, uint64_t *out)
   return 0;
 }
 
-static void __attribute__ ((noreturn)) try_help (void)
+static __attribute__ ((noreturn)) void
+try_help (void)
 {
   fprintf (stderr, "%s: Try `%s --help' for more information.\n", progname,
            progname);

@@ -176,7 +176,8 @@ lifecycle_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
 /* Requests wait here forever once the gate is closed: the supervisor
  * kills the server without answering them.
  */
-static void __attribute__ ((noreturn)) wait_forever (void)
+static __attribute__ ((noreturn)) void
+wait_forever (void)
 {
   static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
