@@ -32,18 +32,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "prng.h"
+
 #define ALIGN 4096
 #define CHUNK (1 << 20)
 
 static uint64_t rng_s[4];
 
+/* splitmix64: seeds xoshiro256**'s state from one seed. */
 static uint64_t
 splitmix64 (uint64_t *x)
 {
-  uint64_t z = (*x += UINT64_C (0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C (0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C (0x94d049bb133111eb);
-  return z ^ (z >> 31);
+  return prng_mix (*x += UINT64_C (0x9e3779b97f4a7c15));
 }
 
 static inline uint64_t

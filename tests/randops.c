@@ -40,6 +40,7 @@
 #include <libnbd.h>
 
 #include "align.h"
+#include "prng.h"
 
 enum byte_state { EXACT = 0, TRIMMED = 1, UNKNOWN = 2 };
 
@@ -99,30 +100,12 @@ struct worker {
   pthread_t thread;
 };
 
-static uint64_t
-next_random (uint64_t *s)
-{
-  /* xorshift64*: fast, good enough, and reproducible from --seed. */
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
-
-static uint64_t
-rand_below (uint64_t *s, uint64_t n)
-{
-  return n ? next_random (s) % n : 0;
-}
-
 static void
 fill_random (uint64_t *s, unsigned char *buf, size_t len)
 {
   size_t i = 0;
   while (i < len) {
-    uint64_t r = next_random (s);
+    uint64_t r = prng_next (s);
     size_t n = MIN (len - i, sizeof r);
     memcpy (buf + i, &r, n);
     i += n;
@@ -142,22 +125,22 @@ punch_zero_runs (struct worker *w, unsigned char *buf, uint64_t offset,
   uint32_t bs;
   uint64_t b;
 
-  switch (rand_below (&w->rng, 4)) {
+  switch (prng_below (&w->rng, 4)) {
   case 0:                       /* leave it all data */
     return;
   case 1:                       /* all zero */
     memset (buf, 0, len);
     return;
   default:                      /* aligned zero blocks, some partial edges */
-    bs = block_sizes[rand_below (&w->rng, 3)];
+    bs = block_sizes[prng_below (&w->rng, 3)];
     for (b = ROUND_DOWN (offset, bs); b < offset + len; b += bs) {
       uint64_t lo = MAX (b, offset), hi = MIN (b + bs, offset + len);
-      if (rand_below (&w->rng, 2))
+      if (prng_below (&w->rng, 2))
         memset (buf + (lo - offset), 0, hi - lo);
     }
     /* A single non-zero byte at a block edge must stay data. */
-    if (len > 1 && rand_below (&w->rng, 2))
-      buf[rand_below (&w->rng, 2) ? 0 : len - 1] = 0x5a;
+    if (len > 1 && prng_below (&w->rng, 2))
+      buf[prng_below (&w->rng, 2) ? 0 : len - 1] = 0x5a;
     return;
   }
 }
@@ -196,7 +179,7 @@ pick_range (struct worker *w, uint64_t *offset, uint32_t *len)
     uint64_t k;
     if (mine == 0)
       return false;
-    k = rand_below (&w->rng, mine) * opt.connections + w->id;
+    k = prng_below (&w->rng, mine) * opt.connections + w->id;
     lo = opt.range_start + k * opt.stripe;
     hi = MIN (lo + opt.stripe, opt.range_start + opt.range_len);
   }
@@ -210,17 +193,17 @@ pick_range (struct worker *w, uint64_t *offset, uint32_t *len)
     return false;
 
   /* Mostly small requests, some large ones, like real clients. */
-  switch (rand_below (&w->rng, 4)) {
+  switch (prng_below (&w->rng, 4)) {
   case 0: maxl = 512; break;
   case 1: maxl = 4096; break;
   case 2: maxl = 65536; break;
   default: maxl = opt.max_len; break;
   }
   maxl = MIN (maxl, opt.max_len);
-  l = 1 + rand_below (&w->rng, maxl);
+  l = 1 + prng_below (&w->rng, maxl);
   l = MAX (ROUND_UP (l, (uint64_t) opt.align), (uint64_t) opt.align);
   l = MIN (l, hi - lo);
-  *offset = lo + rand_below (&w->rng, (hi - lo - l) / opt.align + 1) * opt.align;
+  *offset = lo + prng_below (&w->rng, (hi - lo - l) / opt.align + 1) * opt.align;
   *len = l;
   return true;
 }
@@ -292,14 +275,14 @@ do_one_op (struct worker *w, unsigned char *buf)
 {
   uint64_t offset;
   uint32_t len;
-  unsigned kind = rand_below (&w->rng, 100);
+  unsigned kind = prng_below (&w->rng, 100);
 
   if (!pick_range (w, &offset, &len))
     return 0;
 
   if (kind < 45) {                       /* write */
     uint32_t flags = 0;
-    if (w->can_fua && rand_below (&w->rng, 8) == 0)
+    if (w->can_fua && prng_below (&w->rng, 8) == 0)
       flags |= LIBNBD_CMD_FLAG_FUA;
     fill_random (&w->rng, buf, len);
     if (opt.zero_runs)
@@ -321,11 +304,11 @@ do_one_op (struct worker *w, unsigned char *buf)
   else if (kind < 65 && w->can_zero) {   /* zero */
     uint32_t flags = 0;
     bool fast = false;
-    if (rand_below (&w->rng, 2))
+    if (prng_below (&w->rng, 2))
       flags |= LIBNBD_CMD_FLAG_NO_HOLE;
-    if (w->can_fua && rand_below (&w->rng, 8) == 0)
+    if (w->can_fua && prng_below (&w->rng, 8) == 0)
       flags |= LIBNBD_CMD_FLAG_FUA;
-    if (w->can_fast_zero && rand_below (&w->rng, 6) == 0) {
+    if (w->can_fast_zero && prng_below (&w->rng, 6) == 0) {
       flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
       fast = true;
     }
@@ -353,7 +336,7 @@ do_one_op (struct worker *w, unsigned char *buf)
   }
   else if (kind < 75 && w->can_trim) {   /* trim */
     uint32_t flags = 0;
-    if (w->can_fua && rand_below (&w->rng, 8) == 0)
+    if (w->can_fua && prng_below (&w->rng, 8) == 0)
       flags |= LIBNBD_CMD_FLAG_FUA;
     if (opt.verbose)
       fprintf (stderr, "conn %u: trim %" PRIu64 "+%" PRIu32 "\n",

@@ -78,6 +78,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "now.h"
 #include "qcow2-internal.h"
 #include "unit-check.h"
 
@@ -1654,15 +1655,6 @@ speed_writer (void *arg)
   return NULL;
 }
 
-static double
-now (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* 4 threads writing different (new) clusters over a hostio whose
  * writes take 20 ms must take well under the time one thread takes for
  * as many: nothing serializes the data writes.
@@ -1683,10 +1675,10 @@ speedup (const char *path)
   CHECK (g.nclusters >= 2 * per * GROUP_THREADS);
   g.write_delay = 20000;
   sp[0] = (struct speed){ 0, per * GROUP_THREADS };
-  t0 = now ();
+  t0 = now_s ();
   speed_writer (&sp[0]);
-  serial = now () - t0;
-  t0 = now ();
+  serial = now_s () - t0;
+  t0 = now_s ();
   for (t = 0; t < GROUP_THREADS; ++t)
     {
       sp[t] = (struct speed){ (GROUP_THREADS + t) * per, per };
@@ -1694,7 +1686,7 @@ speedup (const char *path)
     }
   for (t = 0; t < GROUP_THREADS; ++t)
     pthread_join (tid[t], NULL);
-  par = now () - t0;
+  par = now_s () - t0;
   g.write_delay = 0;
   expect_pattern (0, 2 * per * GROUP_THREADS * g.cs, 5, "speedup");
   close_slow_copy (slow, mem, file);
