@@ -36,6 +36,7 @@ plugin=$BUILD/plugins/image/.libs/nbdkit-image-plugin.so
 [ -f "$plugin" ] || { echo "read-qcow2: no $plugin (set BUILD)" >&2; exit 1; }
 
 . "$top/common/stop-server.sh"
+. "$here/median.sh"
 
 T=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-read-qcow2.XXXXXX")
 cleanup ()
@@ -106,7 +107,6 @@ run ()
   echo "$end - $start" | bc
 }
 
-median () { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
 
 printf '\n%-8s %12s %12s %8s   %s\n' image "ours s" "qemu-nbd s" ratio "runs (ours | qemu-nbd)"
 for img in $IMAGES; do
@@ -116,8 +116,8 @@ for img in $IMAGES; do
     ours+=("$(run ours "$img")")
     qemu+=("$(run qemu "$img")")
   done
-  mo=$(median "${ours[@]}")
-  mq=$(median "${qemu[@]}")
+  mo=$(printf '%s\n' "${ours[@]}" | lower_median)
+  mq=$(printf '%s\n' "${qemu[@]}" | lower_median)
   printf '%-8s %12.3f %12.3f %8.2f   %s | %s\n' "$img" "$mo" "$mq" \
     "$(echo "$mo / $mq" | bc -l)" "${ours[*]}" "${qemu[*]}"
 done
