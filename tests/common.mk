@@ -25,9 +25,11 @@ test_common_cleanup_SOURCES = ../common/test-cleanup.c
 test_common_image_magic_SOURCES = ../common/test-image-magic.c
 test_common_is_zero_SOURCES = ../common/test-is-zero.c
 test_common_param_table_SOURCES = ../common/test-param-table.c
-test_common_parse_enum_param_SOURCES = ../common/test-parse-enum-param.c
+test_common_parse_enum_param_SOURCES = ../common/test-parse-enum-param.c \
+	../common/test-nbdkit-error.h
 test_common_parse_size_arg_SOURCES = ../common/test-parse-size-arg.c
-test_common_parse_size_param_SOURCES = ../common/test-parse-size-param.c
+test_common_parse_size_param_SOURCES = ../common/test-parse-size-param.c \
+	../common/test-nbdkit-error.h
 test_common_stat_counter_SOURCES = ../common/test-stat-counter.c
 test_common_unique_name_SOURCES = ../common/test-unique-name.c
 
