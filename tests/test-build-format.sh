@@ -8,8 +8,11 @@
 . ./functions.sh
 
 require clang-format
-# The file list is git's; an unpacked tarball has no git metadata.
-git -C "$abs_top_srcdir" rev-parse --git-dir >/dev/null 2>&1 ||
+# The file list is git's.  An unpacked tarball has no git metadata of
+# its own (make distcheck unpacks it inside the build tree, which may be
+# inside a checkout: that one's files are not the tarball's).
+top=$(git -C "$abs_top_srcdir" rev-parse --show-toplevel 2>/dev/null) &&
+  [ "$(realpath "$top")" = "$(realpath "$abs_top_srcdir")" ] ||
   skip "$abs_top_srcdir is not a git checkout"
 
 cd "$abs_top_srcdir"
