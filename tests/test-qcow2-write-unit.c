@@ -80,6 +80,7 @@
 
 #include "now.h"
 #include "qcow2-internal.h"
+#include "slurp.h"
 #include "unit-check.h"
 
 /* r == 0, else die naming the call. */
@@ -91,24 +92,6 @@
         die ("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror (-r_));      \
     }                                                                          \
   while (0)
-
-static unsigned char *
-slurp (const char *path, size_t *len)
-{
-  FILE *fp = fopen (path, "rb");
-  unsigned char *buf;
-  long n;
-
-  if (fp == NULL || fseek (fp, 0, SEEK_END) == -1 || (n = ftell (fp)) < 0)
-    die ("%s: %s", path, strerror (errno));
-  rewind (fp);
-  buf = malloc (n ? n : 1);
-  if (buf == NULL || fread (buf, 1, n, fp) != (size_t)n)
-    die ("%s: read failed", path);
-  fclose (fp);
-  *len = n;
-  return buf;
-}
 
 static bool
 all_bytes (const unsigned char *p, size_t len, unsigned char c)
