@@ -178,7 +178,8 @@ pick_range (struct conn *c, uint64_t *off, uint32_t *len)
   else
     {
       n = (size - split) / STRIPE_LARGE / n_conns;
-      lo = split + (prng_below (&c->rng, n) * n_conns + c->index) * STRIPE_LARGE;
+      lo = split
+           + (prng_below (&c->rng, n) * n_conns + c->index) * STRIPE_LARGE;
       hi = lo + STRIPE_LARGE;
     }
   switch (prng_below (&c->rng, 3))
@@ -503,8 +504,8 @@ run_hook (const char *what, const char *cmd)
   st = system (cmd);
   if (st == -1 || !WIFEXITED (st) || WEXITSTATUS (st) != 0)
     {
-      fprintf (stderr, "stress: %s command failed (status %d): %s\n", what,
-               st, cmd);
+      fprintf (stderr, "stress: %s command failed (status %d): %s\n", what, st,
+               cmd);
       return -1;
     }
   return 0;
