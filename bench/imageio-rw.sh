@@ -137,12 +137,7 @@ cells=()
 for f in $formats; do for s in $servers; do cells+=("$s $f"); done; done
 say "load before: $(uptime)"
 nbdcopy "$sample" null:
-for ((r = 1; r <= runs; r++)); do
-  while read -r k; do
-    read -r s f <<<"${cells[$k]}"
-    one "$r" "$s" "$f"
-  done < <(round_order "${#cells[@]}" "$r")
-done
+run_rounds "$runs" one "${cells[@]}"
 say "load after: $(uptime)"
 [ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
 

@@ -130,12 +130,7 @@ cells=()
 for n in $counts; do for s in $servers; do cells+=("$s $n"); done; done
 say "load before: $(uptime)"
 nbdcopy "$sample" null: # the sample in the page cache
-for ((r = 1; r <= runs; r++)); do
-  while read -r k; do
-    read -r s n <<<"${cells[$k]}"
-    one "$r" "$s" "$n"
-  done < <(round_order "${#cells[@]}" "$r")
-done
+run_rounds "$runs" one "${cells[@]}"
 say "load after: $(uptime)"
 [ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
 

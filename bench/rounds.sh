@@ -17,3 +17,19 @@ round_order ()
     for (i = 0; i < n; i++) print a[i]
   }'
 }
+
+# run_rounds RUNS CMD CELL...: RUNS rounds; in each, "CMD ROUND CELL"
+# for every CELL (its words as arguments), in round_order's order.  (Its
+# locals start with _rr_: bash lets CMD see them.)
+run_rounds ()
+{
+  local _rr_runs=$1 _rr_cmd=$2 _rr_r _rr_k
+  shift 2
+  local -a _rr_cells=("$@")
+  for ((_rr_r = 1; _rr_r <= _rr_runs; _rr_r++)); do
+    for _rr_k in $(round_order "${#_rr_cells[@]}" "$_rr_r"); do
+      # shellcheck disable=SC2086 # a cell's words are the arguments
+      "$_rr_cmd" "$_rr_r" ${_rr_cells[$_rr_k]}
+    done
+  done
+}
