@@ -37,6 +37,7 @@ CO="$build/filters/coalesce/.libs/nbdkit-coalesce-filter.so"
 [ -f "$CO" ] || { echo "coalesce-qcow2: build $CO first" >&2; exit 1; }
 
 . "$here/../common/stop-server.sh"
+. "$here/median.sh"
 
 W=$(mktemp -d "${TMPDIR:-/var/tmp}/coalesce-qcow2.XXXXXX")
 cleanup ()
@@ -138,7 +139,6 @@ for ((r = 0; r < RUNS; r++)); do
   done
 done
 
-median () { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 get () { printf '%s\n' "${runs[@]}" | awk -v t="$1" -v c="$2" -v f="$3" '$1 == t && $2 == c { print $f }' | median; }
 printf "\n%-9s %-10s %8s %12s %16s %12s\n" target client "wall s" "% fragm." "host discont." "data ext."
 for cfg in $configs; do

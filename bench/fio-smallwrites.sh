@@ -25,6 +25,7 @@ n=${N:-1000}
 mode=${MODE:-none}
 command -v fio >/dev/null || { echo "fio-smallwrites: fio is not installed" >&2; exit 1; }
 . "$here/../common/stop-server.sh"
+. "$here/median.sh"
 W=$(mktemp -d "${TMPDIR:-/var/tmp}/fio-smallwrites.XXXXXX")
 cleanup () { [ -f "$W/pid" ] && stop_pids "$(cat "$W/pid")" || true; rm -rf "$W"; }
 trap cleanup EXIT
@@ -77,6 +78,5 @@ for ((r = 1; r <= runs; r++)); do
   done
 done
 echo "target rw median-KB/s KB/s-runs median-server-CPU-s"
-awk '{ k = $1 " " $2; bw[k] = bw[k] " " $4; cpu[k] = cpu[k] " " $5; if (!(k in seen)) { seen[k] = 1; keys[++nk] = k } }
-  function med(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((n + 1) / 2)] }
-  END { for (i = 1; i <= nk; i++) print keys[i], med(bw[keys[i]]), "[" bw[keys[i]] " ]", med(cpu[keys[i]]) }' "$W/results"
+awk "$MEDIAN_AWK"'{ k = $1 " " $2; bw[k] = bw[k] " " $4; cpu[k] = cpu[k] " " $5; if (!(k in seen)) { seen[k] = 1; keys[++nk] = k } }
+  END { for (i = 1; i <= nk; i++) print keys[i], lower_median(bw[keys[i]]), "[" bw[keys[i]] " ]", lower_median(cpu[keys[i]]) }' "$W/results"

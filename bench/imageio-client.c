@@ -21,8 +21,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,20 +30,13 @@
 #include <libnbd.h>
 
 #include "align.h"
+#include "imageio-common.h"
 #include "parse-size-arg.h"
 
 static const char *src_path, *uri;
 static int src_fd;
 static uint64_t src_size, region_size = 128 << 20, write_size = 8 << 20,
                           zero_size = 128 << 20;
-static atomic_uint_fast64_t next_region;
-
-static void
-die_nbd (const char *what)
-{
-  fprintf (stderr, "imageio-client: %s: %s\n", what, nbd_get_error ());
-  exit (EXIT_FAILURE);
-}
 
 /* Copy [off, end) of SRC, all data (no hole inside). */
 static void
@@ -66,7 +57,7 @@ copy_data (struct nbd_handle *h, char *buf, uint64_t off, uint64_t end)
           got += r;
         }
       if (nbd_pwrite (h, buf, n, off, 0) == -1)
-        die_nbd ("write");
+        imageio_die_nbd ("write");
       off += n;
     }
 }
@@ -78,7 +69,7 @@ zero (struct nbd_handle *h, uint64_t off, uint64_t end)
     {
       uint64_t n = MIN (end - off, zero_size);
       if (nbd_zero (h, n, off, 0) == -1)
-        die_nbd ("zero");
+        imageio_die_nbd ("zero");
       off += n;
     }
 }
@@ -88,6 +79,7 @@ worker (void *arg)
 {
   struct nbd_handle *h = nbd_create ();
   char *buf = malloc (write_size);
+  uint64_t start, end, off;
 
   (void)arg;
   if (h == NULL || buf == NULL)
@@ -96,20 +88,14 @@ worker (void *arg)
       exit (EXIT_FAILURE);
     }
   if (nbd_connect_uri (h, uri) == -1)
-    die_nbd ("connect");
+    imageio_die_nbd ("connect");
   if ((uint64_t)nbd_get_size (h) < src_size)
     {
       fprintf (stderr, "imageio-client: export smaller than %s\n", src_path);
       exit (EXIT_FAILURE);
     }
-  for (;;)
+  while (imageio_next_region (src_size, region_size, &start, &end))
     {
-      uint64_t start = atomic_fetch_add (&next_region, 1) * region_size;
-      uint64_t end, off;
-
-      if (start >= src_size)
-        break;
-      end = MIN (start + region_size, src_size);
       for (off = start; off < end;)
         {
           off_t data = lseek (src_fd, off, SEEK_DATA), hole;
@@ -135,9 +121,9 @@ worker (void *arg)
         }
     }
   if (nbd_flush (h, 0) == -1)
-    die_nbd ("flush");
+    imageio_die_nbd ("flush");
   if (nbd_shutdown (h, 0) == -1)
-    die_nbd ("shutdown");
+    imageio_die_nbd ("shutdown");
   nbd_close (h);
   free (buf);
   return NULL;
@@ -146,11 +132,11 @@ worker (void *arg)
 int
 main (int argc, char *argv[])
 {
-  unsigned conns = 4, i;
-  pthread_t *threads;
+  unsigned conns = 4;
   struct stat st;
-  int c, err;
+  int c;
 
+  imageio_progname = "imageio-client";
   while ((c = getopt (argc, argv, "c:r:w:z:h")) != -1)
     {
       switch (c)
@@ -190,22 +176,7 @@ main (int argc, char *argv[])
     }
   src_size = st.st_size;
 
-  threads = calloc (conns, sizeof *threads);
-  if (threads == NULL)
-    {
-      perror ("calloc");
-      exit (EXIT_FAILURE);
-    }
-  for (i = 0; i < conns; i++)
-    if ((err = pthread_create (&threads[i], NULL, worker, NULL)) != 0)
-      {
-        fprintf (stderr, "imageio-client: pthread_create: %s\n",
-                 strerror (err));
-        exit (EXIT_FAILURE);
-      }
-  for (i = 0; i < conns; i++)
-    pthread_join (threads[i], NULL);
-  free (threads);
+  imageio_run_workers (conns, worker);
   close (src_fd);
   return 0;
 }

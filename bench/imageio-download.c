@@ -19,8 +19,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,19 +27,12 @@
 #include <libnbd.h>
 
 #include "align.h"
+#include "imageio-common.h"
 #include "parse-size-arg.h"
 
 static const char *dst_path, *uri;
 static int dst_fd;
 static uint64_t size, region_size = 128 << 20, read_size = 8 << 20;
-static atomic_uint_fast64_t next_region;
-
-static void
-die_nbd (const char *what)
-{
-  fprintf (stderr, "imageio-download: %s: %s\n", what, nbd_get_error ());
-  exit (EXIT_FAILURE);
-}
 
 /* Read [off, end) of the export into DST. */
 static void
@@ -51,7 +42,7 @@ copy_data (struct nbd_handle *h, char *buf, uint64_t off, uint64_t end)
     {
       size_t n = MIN (end - off, read_size), done = 0;
       if (nbd_pread (h, buf, n, off, 0) == -1)
-        die_nbd ("read");
+        imageio_die_nbd ("read");
       while (done < n)
         {
           ssize_t r = pwrite (dst_fd, buf + done, n - done, off + done);
@@ -107,6 +98,7 @@ worker (void *arg)
   struct nbd_handle *h = nbd_create ();
   char *buf = malloc (read_size);
   struct extents x = { 0 };
+  uint64_t start, end, off;
 
   (void)arg;
   if (h == NULL || buf == NULL)
@@ -116,15 +108,9 @@ worker (void *arg)
     }
   if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1
       || nbd_connect_uri (h, uri) == -1)
-    die_nbd ("connect");
-  for (;;)
+    imageio_die_nbd ("connect");
+  while (imageio_next_region (size, region_size, &start, &end))
     {
-      uint64_t start = atomic_fetch_add (&next_region, 1) * region_size;
-      uint64_t end, off;
-
-      if (start >= size)
-        break;
-      end = MIN (start + region_size, size);
       for (off = start; off < end;)
         {
           x.n = 0;
@@ -133,7 +119,7 @@ worker (void *arg)
                                                        .user_data = &x },
                                 0)
               == -1)
-            die_nbd ("block status");
+            imageio_die_nbd ("block status");
           if (x.n == 0)
             {
               fprintf (stderr, "imageio-download: no extents at %" PRIu64 "\n",
@@ -150,7 +136,7 @@ worker (void *arg)
         }
     }
   if (nbd_shutdown (h, 0) == -1)
-    die_nbd ("shutdown");
+    imageio_die_nbd ("shutdown");
   nbd_close (h);
   free (x.list);
   free (buf);
@@ -160,11 +146,11 @@ worker (void *arg)
 int
 main (int argc, char *argv[])
 {
-  unsigned conns = 4, i;
-  pthread_t *threads;
+  unsigned conns = 4;
   struct nbd_handle *h;
-  int c, err;
+  int c;
 
+  imageio_progname = "imageio-download";
   while ((c = getopt (argc, argv, "c:r:R:h")) != -1)
     {
       switch (c)
@@ -197,9 +183,9 @@ main (int argc, char *argv[])
   /* The size, from a connection of its own. */
   h = nbd_create ();
   if (h == NULL || nbd_connect_uri (h, uri) == -1)
-    die_nbd ("connect");
+    imageio_die_nbd ("connect");
   if (nbd_get_size (h) < 0)
-    die_nbd ("size");
+    imageio_die_nbd ("size");
   size = nbd_get_size (h);
   nbd_shutdown (h, 0);
   nbd_close (h);
@@ -212,22 +198,7 @@ main (int argc, char *argv[])
       exit (EXIT_FAILURE);
     }
 
-  threads = calloc (conns, sizeof *threads);
-  if (threads == NULL)
-    {
-      perror ("calloc");
-      exit (EXIT_FAILURE);
-    }
-  for (i = 0; i < conns; i++)
-    if ((err = pthread_create (&threads[i], NULL, worker, NULL)) != 0)
-      {
-        fprintf (stderr, "imageio-download: pthread_create: %s\n",
-                 strerror (err));
-        exit (EXIT_FAILURE);
-      }
-  for (i = 0; i < conns; i++)
-    pthread_join (threads[i], NULL);
-  free (threads);
+  imageio_run_workers (conns, worker);
   if (close (dst_fd) == -1)
     {
       fprintf (stderr, "imageio-download: %s: %s\n", dst_path,

@@ -41,6 +41,9 @@ unset NBDSTACK_NBDKIT
 
 tmp=$(realpath "$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-imageio-rw.XXXXXX")")
 . "$top/common/stop-server.sh"
+. "$here/median.sh"
+. "$here/rounds.sh"
+. "$here/vdsm-server.sh"
 pid= perfpid=
 cleanup ()
 {
@@ -64,38 +67,18 @@ vsize=$(stat -c %s "$sample")
 
 start ()                        # SERVER FORMAT TARGET
 {
-  local server=$1 fmt=$2 t=$3 prog bdir opts=
-  case $server in
-    qemu-nbd) prog=qemu-nbd bdir=$build ;;
-    nbdstack-nbd) prog=$build/nbd/nbdstack-nbd bdir=$build ;;
-    nbdstack-nbd-base) prog=$BASE_BUILD/nbd/nbdstack-nbd bdir=$BASE_BUILD ;;
-    *=*,*) bdir=${server#*=} opts=${bdir#*,} bdir=${bdir%%,*}
-      prog=$bdir/nbd/nbdstack-nbd ;;
-    *=*) bdir=${server#*=} prog=${server#*=}/nbd/nbdstack-nbd ;;
-    *) die "unknown server $server" ;;
-  esac
-  rm -f "$tmp/s" "$tmp/p"
-  NBDSTACK_OPTIONS=${opts:-${NBDSTACK_OPTIONS:-}} \
-    NBDSTACK_BUILDDIR=$bdir "$prog" --fork --pid-file="$tmp/p" \
-    --socket="$tmp/s" --export-name= --persistent --shared=8 \
-    --cache=none --aio=native --discard=unmap --detect-zeroes=unmap \
-    --allocation-depth \
-    "json:{\"driver\": \"$fmt\", \"file\": {\"driver\": \"file\", \"filename\": \"$t\"}}" \
-    2>>"$tmp/log" || die "$server did not start: $(tail -n 3 "$tmp/log")"
+  vdsm_start "$1" "$2" "$3" "$tmp/s" "$tmp/p" "$tmp/log" ||
+    die "$1 did not start: $(tail -n 3 "$tmp/log")"
   pid=$(cat "$tmp/p")
 }
 
 # "CPU-SECONDS PEAK-RSS-MIB" of the server tree.
 cpu ()
 {
-  local ppid hz p
-  ppid=$(awk '{ sub(/^.*\) /, ""); print $2 }' "/proc/$pid/stat")
-  hz=$(getconf CLK_TCK)
-  for p in $pid $([ "$(cat "/proc/$ppid/comm" 2>/dev/null)" != nbdstack-nbd ] || echo "$ppid"); do
-    awk '{ sub(/^.*\) /, ""); print "cpu", $12 + $13 }' "/proc/$p/stat"
-    awk '/^VmHWM:/ { print "rss", $2 }' "/proc/$p/status"
-  done | awk -v hz="$hz" '{ s[$1] += $2 }
-    END { printf "%.2f\t%.1f", s["cpu"] / hz, s["rss"] / 1024 }'
+  local rss ticks
+  read -r rss ticks <<<"$(server_tree_stats "$pid")"
+  awk -v r="$rss" -v t="$ticks" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { printf "%.2f\t%.1f", t / hz, r / 1024 }'
 }
 
 perf_on ()                      # NAME
@@ -154,15 +137,7 @@ cells=()
 for f in $formats; do for s in $servers; do cells+=("$s $f"); done; done
 say "load before: $(uptime)"
 nbdcopy "$sample" null:
-for ((r = 1; r <= runs; r++)); do
-  while read -r k; do
-    read -r s f <<<"${cells[$k]}"
-    one "$r" "$s" "$f"
-  done < <(awk -v n="${#cells[@]}" -v seed="$r" 'BEGIN { srand(seed)
-    for (i = 0; i < n; i++) a[i] = i
-    for (i = n - 1; i > 0; i--) { j = int(rand() * (i + 1)); t = a[i]; a[i] = a[j]; a[j] = t }
-    for (i = 0; i < n; i++) print a[i] }')
-done
+run_rounds "$runs" one "${cells[@]}"
 say "load after: $(uptime)"
 [ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
 
@@ -171,12 +146,7 @@ echo "sample $(numfmt --to=iec "$vsize") virtual; medians of $runs round(s); vds
 echo "| server | format | direction | wall s | server CPU s | peak RSS MiB | CPU runs |"
 echo "|---|---|---|---:|---:|---:|---|"
 for f in $formats; do for d in upload download; do for s in $servers; do
-  awk -F'\t' -v s="$s" -v f="$f" -v d="$d" '
-    function med(list,   a, k, i, j, t) {
-      k = split(list, a, " ")
-      for (i = 2; i <= k; i++) { t = a[i] + 0
-        for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-      return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+  awk -F'\t' -v s="$s" -v f="$f" -v d="$d" "$MEDIAN_AWK"'
     $1 == s && $2 == f && $3 == d { w = w " " $5; c = c " " $6; m = m " " $7 }
-    END { if (w != "") printf "| %s | %s | %s | %.2f | %.2f | %.1f |%s |\n", s, f, d, med(w), med(c), med(m), c }' "$results"
+    END { if (w != "") printf "| %s | %s | %s | %.2f | %.2f | %.1f |%s |\n", s, f, d, median(w), median(c), median(m), c }' "$results"
 done; done; done

@@ -26,6 +26,8 @@
 #include <time.h>
 
 #include "is-zero.h"
+#include "now.h"
+#include "prng.h"
 
 #define MAX_SIZE (32 * 1024 * 1024)
 
@@ -92,14 +94,6 @@ memcmp_zero (const void *buf, size_t len)
   return memcmp (buf, zero_buf, len) == 0;
 }
 
-static double
-now (void)
-{
-  struct timespec ts;
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Keeps the compiler from dropping calls whose result is unused. */
 static volatile bool sink;
 
@@ -109,7 +103,7 @@ measure (bool (*fn) (const void *, size_t), const unsigned char *buf,
          size_t len, bool want, double seconds)
 {
   uint64_t iters = 0, batch = 1;
-  double start = now (), elapsed;
+  double start = now_s (), elapsed;
 
   do
     {
@@ -127,7 +121,7 @@ measure (bool (*fn) (const void *, size_t), const unsigned char *buf,
       iters += batch;
       if (batch < (1u << 20))
         batch *= 2;
-      elapsed = now () - start;
+      elapsed = now_s () - start;
     }
   while (elapsed < seconds);
   return (double)len * iters / elapsed / 1e9;
@@ -173,8 +167,8 @@ main (int argc, char *argv[])
   memset (zeroes, 0, MAX_SIZE);
   for (size_t i = 0; i < MAX_SIZE; i += 8)
     {
-      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-      memcpy (random + i, &s, 8);
+      uint64_t r = prng_next (&s);
+      memcpy (random + i, &r, 8);
     }
   random[0] |= 1; /* is_zero must exit at once */
 

@@ -47,6 +47,9 @@ unset NBDSTACK_NBDKIT
 
 tmp=$(realpath "$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-many.XXXXXX")")
 . "$top/common/stop-server.sh"
+. "$here/median.sh"
+. "$here/rounds.sh"
+. "$here/vdsm-server.sh"
 pids=()
 cleanup ()
 {
@@ -71,44 +74,16 @@ vsize=$(stat -c %s "$sample")
 # start SERVER I: server I on its own target and socket, vdsm's options.
 start ()
 {
-  local server=$1 i=$2 prog bdir opts= t=$tmp/t$2.$format
-  case $server in
-    qemu-nbd) prog=qemu-nbd bdir=$build ;;
-    nbdstack-nbd) prog=$build/nbd/nbdstack-nbd bdir=$build ;;
-    nbdstack-nbd-base) prog=$BASE_BUILD/nbd/nbdstack-nbd bdir=$BASE_BUILD ;;
-    *=*,*) bdir=${server#*=} opts=${bdir#*,} bdir=${bdir%%,*}
-      prog=$bdir/nbd/nbdstack-nbd ;;
-    *=*) bdir=${server#*=} prog=${server#*=}/nbd/nbdstack-nbd ;;
-    *) die "unknown server $server" ;;
-  esac
-  rm -f "$t" "$tmp/s$i" "$tmp/p$i"
+  local server=$1 i=$2 t=$tmp/t$2.$format
+  rm -f "$t"
   if [ "$format" = raw ]; then
     truncate -s "$vsize" "$t"
   else
     qemu-img create -q -f qcow2 "$t" "$vsize"
   fi
-  NBDSTACK_OPTIONS=${opts:-${NBDSTACK_OPTIONS:-}} \
-    NBDSTACK_BUILDDIR=$bdir "$prog" --fork --pid-file="$tmp/p$i" \
-    --socket="$tmp/s$i" --export-name= --persistent --shared=8 \
-    --cache=none --aio=native --discard=unmap --detect-zeroes=unmap \
-    --allocation-depth \
-    "json:{\"driver\": \"$format\", \"file\": {\"driver\": \"file\", \"filename\": \"$t\"}}" \
-    2>>"$tmp/log$i" || die "$server $i did not start: $(tail -n 3 "$tmp/log$i")"
+  vdsm_start "$server" "$format" "$t" "$tmp/s$i" "$tmp/p$i" "$tmp/log$i" ||
+    die "$server $i did not start: $(tail -n 3 "$tmp/log$i")"
   pids+=("$(cat "$tmp/p$i")")
-}
-
-# tree_stats PID: "RSS_KIB CPU_TICKS" of PID plus an nbdstack-nbd parent.
-tree_stats ()
-{
-  local pid=$1 ppid
-  ppid=$(awk '{ sub(/^.*\) /, ""); print $2 }' "/proc/$pid/stat")
-  {
-    echo "$pid"
-    [ "$(cat "/proc/$ppid/comm" 2>/dev/null)" != nbdstack-nbd ] || echo "$ppid"
-  } | while read -r p; do
-    awk '/^VmHWM:/ { print "rss", $2 }' "/proc/$p/status"
-    awk '{ sub(/^.*\) /, ""); print "cpu", $12 + $13 }' "/proc/$p/stat"
-  done | awk '{ s[$1] += $2 } END { print s["rss"] + 0, s["cpu"] + 0 }'
 }
 
 results=$tmp/results
@@ -130,7 +105,7 @@ one ()                          # ROUND SERVER N
   for ((i = 0; i < n; i++)); do
     wait "${cpids[$i]}" || rc=1
     # Read at once: the server's CPU is its upload's, not what follows.
-    stats[$i]=$(tree_stats "${pids[$i]}")
+    stats[$i]=$(server_tree_stats "${pids[$i]}")
   done
   t1=$EPOCHREALTIME
   [ $rc -eq 0 ] || die "an upload failed: $server N=$n round $run"
@@ -155,15 +130,7 @@ cells=()
 for n in $counts; do for s in $servers; do cells+=("$s $n"); done; done
 say "load before: $(uptime)"
 nbdcopy "$sample" null: # the sample in the page cache
-for ((r = 1; r <= runs; r++)); do
-  while read -r k; do
-    read -r s n <<<"${cells[$k]}"
-    one "$r" "$s" "$n"
-  done < <(awk -v n="${#cells[@]}" -v seed="$r" 'BEGIN { srand(seed)
-    for (i = 0; i < n; i++) a[i] = i
-    for (i = n - 1; i > 0; i--) { j = int(rand() * (i + 1)); t = a[i]; a[i] = a[j]; a[j] = t }
-    for (i = 0; i < n; i++) print a[i] }')
-done
+run_rounds "$runs" one "${cells[@]}"
 say "load after: $(uptime)"
 [ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
 
@@ -173,18 +140,13 @@ echo "| server | N | wall s | aggregate MB/s | peak RSS MiB per server (median /
 echo "|---|---:|---:|---:|---:|---:|"
 for n in $counts; do
   for s in $servers; do
-    awk -F'\t' -v s="$s" -v n="$n" -v vsize="$vsize" '
-      function med(list,   a, k, i, j, t) {
-        k = split(list, a, " ")
-        for (i = 2; i <= k; i++) { t = a[i] + 0
-          for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-        return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+    awk -F'\t' -v s="$s" -v n="$n" -v vsize="$vsize" "$MEDIAN_AWK"'
       $1 == s && $2 == n {
         if (!($3 in seen)) { seen[$3] = 1; walls = walls " " $5 }
         rss = rss " " $6 / 1024; if ($6 / 1024 > mx) mx = $6 / 1024; cpu = cpu " " $7 }
       END { if (walls == "") exit
-        w = med(walls)
+        w = median(walls)
         printf "| %s | %d | %.2f | %.0f | %.1f / %.1f | %.2f |\n", s, n, w,
-          n * vsize / w / 1e6, med(rss), mx, med(cpu) }' "$results"
+          n * vsize / w / 1e6, median(rss), mx, median(cpu) }' "$results"
   done
 done

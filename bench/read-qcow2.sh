@@ -36,6 +36,7 @@ plugin=$BUILD/plugins/image/.libs/nbdkit-image-plugin.so
 [ -f "$plugin" ] || { echo "read-qcow2: no $plugin (set BUILD)" >&2; exit 1; }
 
 . "$top/common/stop-server.sh"
+. "$here/median.sh"
 
 T=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdstack-read-qcow2.XXXXXX")
 cleanup ()
@@ -67,8 +68,6 @@ for img in $IMAGES; do
 done
 ls -l "$T"/*.qcow2
 
-now () { date +%s.%N; }
-
 start_ours ()
 {
   nbdkit -U "$T/srv.sock" -P "$T/srv.pid" "$plugin" file="$1" 2>"$T/srv.log"
@@ -95,18 +94,16 @@ run ()
   rm -f "$T/out.raw" "$T/srv.sock"
   start_$1 "$T/$2.qcow2"
   for _ in $(seq 100); do [ -S "$T/srv.sock" ] && break; sleep 0.05; done
-  start=$(now)
+  start=$EPOCHREALTIME
   nbdcopy "nbd+unix:///?socket=$T/srv.sock" "$T/out.raw"
-  end=$(now)
+  end=$EPOCHREALTIME
   stop_srv
   cmp -s "$T/src.raw" "$T/out.raw" || {
     echo "read-qcow2: $1 $2: the copy differs from the source" >&2
     exit 1
   }
-  echo "$end - $start" | bc
+  awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f\n", b - a }'
 }
-
-median () { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
 
 printf '\n%-8s %12s %12s %8s   %s\n' image "ours s" "qemu-nbd s" ratio "runs (ours | qemu-nbd)"
 for img in $IMAGES; do
@@ -116,8 +113,8 @@ for img in $IMAGES; do
     ours+=("$(run ours "$img")")
     qemu+=("$(run qemu "$img")")
   done
-  mo=$(median "${ours[@]}")
-  mq=$(median "${qemu[@]}")
+  mo=$(printf '%s\n' "${ours[@]}" | lower_median)
+  mq=$(printf '%s\n' "${qemu[@]}" | lower_median)
   printf '%-8s %12.3f %12.3f %8.2f   %s | %s\n' "$img" "$mo" "$mq" \
-    "$(echo "$mo / $mq" | bc -l)" "${ours[*]}" "${qemu[*]}"
+    "$(awk -v a="$mo" -v b="$mq" 'BEGIN { print a / b }')" "${ours[*]}" "${qemu[*]}"
 done

@@ -39,33 +39,7 @@ _server_lib_cleanup ()
 trap _server_lib_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# An awk function for the scripts' tables: the median of a list of
-# space-separated numbers.  Put it in front of a program:
-#   awk "$MEDIAN_AWK"'{ ... median(list) ... }'
-MEDIAN_AWK='
-function median(list,   a, n, i, j, t) {
-  n = split(list, a, " ")
-  for (i = 2; i <= n; i++) {
-    t = a[i] + 0
-    for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]
-    a[j + 1] = t
-  }
-  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
-'
-
-# round_order N ROUND: the indexes 0..N-1, one per line, in an order
-# shuffled afresh for every round (seeded by ROUND, so a rerun repeats
-# it).  A plain rotation would have every configuration follow the same
-# one in every round, and what an upload leaves behind (freed page cache,
-# memory the host takes back) would bias the next one the same way each
-# time.
-round_order ()
-{
-  awk -v n="$1" -v seed="$2" 'BEGIN {
-    srand(seed)
-    for (i = 0; i < n; i++) a[i] = i
-    for (i = n - 1; i > 0; i--) { j = int(rand() * (i + 1)); t = a[i]; a[i] = a[j]; a[j] = t }
-    for (i = 0; i < n; i++) print a[i]
-  }'
-}
+# MEDIAN_AWK, median and lower_median for the tables (median.sh), and
+# round_order for the order of the runs (rounds.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/median.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/rounds.sh"

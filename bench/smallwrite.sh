@@ -33,6 +33,7 @@ IMG="$build/plugins/image/.libs/nbdkit-image-plugin.so"
 [ -f "$CO" ] && [ -f "$IMG" ] || { echo "build the filter and plugin first" >&2; exit 1; }
 
 . "$top/common/stop-server.sh"
+. "$top/bench/median.sh"
 
 W=$(mktemp -d "${WORKDIR:-/var/tmp}/smallwrite.XXXXXX")
 pids=()
@@ -131,10 +132,6 @@ for ((r = 0; r < ROUNDS; r++)); do
 done >"$W/raw"
 cat "$W/raw" | sed 's/^/# raw: /'
 
-median ()  # median of stdin numbers
-{
-  sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 get () { awk -v c="$1" -v t="$2" -v f="$3" '$1 == c && $2 == t { print $f }' "$W/raw" | median; }
 
 printf "\n%-10s | %-22s | %-22s | %-10s | %-22s\n" target "A 512B QD1 +flush" "B 512B QD1 FUA" "C 100M +flush" "D 512B QD1 flush each"

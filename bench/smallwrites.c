@@ -35,6 +35,7 @@
 #include <libnbd.h>
 
 #include "align.h"
+#include "now.h"
 #include "parse-size-arg.h"
 
 struct pass
@@ -42,14 +43,6 @@ struct pass
   double total_s, write_s, flush_s;
   uint64_t requests;
 };
-
-static double
-now_s (void)
-{
-  struct timespec ts;
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int
 cmp_pass (const void *a, const void *b)

@@ -5,4 +5,4 @@ noinst_PROGRAMS += make-sample
 make_sample_SOURCES = make-sample.c
 # Also needs libm.
 make_sample_LDADD = $(LDADD) -lm
-EXTRA_DIST += upload.sh make-sample.sh server-lib.sh README.md
+EXTRA_DIST += upload.sh make-sample.sh server-lib.sh median.sh rounds.sh README.md

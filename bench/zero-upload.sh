@@ -171,18 +171,17 @@ for ((run = 1; run <= runs; run++)); do
 done
 
 # ---- table of medians
-median ()                     # CONFIG COLUMN
+column_median ()              # CONFIG COLUMN
 {
-  awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$results" |
-    sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+  awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$results" | median
 }
 printf '\nsample: virtual %d MiB, allocated %d MiB, non-zero data %d MiB (4K blocks); zerodetect-granularity=%s; %d runs, medians\n' \
   $((vsize >> 20)) $((salloc >> 20)) $((nonzero >> 20)) "$gran" "$runs"
 printf '%-11s %8s %11s %11s %13s %13s\n' config "time s" "vs zd-off" "vs qemu-nbd" "alloc MiB" "alloc/nonzero"
-base=$(median zd-off 3 2>/dev/null || echo)
+base=$(column_median zd-off 3 2>/dev/null || echo)
 for c in $configs; do
-  t=$(median "$c" 3)
-  a=$(median "$c" 4)
+  t=$(column_median "$c" 3)
+  a=$(column_median "$c" 4)
   case $c in
     zd-off) peer=qnbd-off ;;
     zd-on) peer=qnbd-on ;;
@@ -192,7 +191,7 @@ for c in $configs; do
   vs_off=-; vs_peer=-
   case " $configs " in *" zd-off "*) vs_off=$(awk -v a="$t" -v b="$base" 'BEGIN { printf "%.2f", a / b }') ;; esac
   if [ -n "$peer" ] && case " $configs " in *" $peer "*) true ;; *) false ;; esac; then
-    vs_peer=$(awk -v a="$t" -v b="$(median "$peer" 3)" 'BEGIN { printf "%.2f", a / b }')
+    vs_peer=$(awk -v a="$t" -v b="$(column_median "$peer" 3)" 'BEGIN { printf "%.2f", a / b }')
   fi
   printf '%-11s %8.2f %11s %11s %13d %13.2f\n' "$c" "$t" "$vs_off" "$vs_peer" \
     $((${a%.*} >> 20)) "$(awk -v a="$a" -v n="$nonzero" 'BEGIN { printf "%.2f", a / n }')"

@@ -4,6 +4,8 @@
 #ifndef NBDSTACK_ARRAY_SIZE_H
 #define NBDSTACK_ARRAY_SIZE_H
 
+#include <assert.h> /* static_assert */
+
 /* sizeof a / sizeof a[0] silently gives a wrong count when 'a' is a
  * pointer (a table passed to a function), so that refuses to compile.
  * The result is still an integer constant expression.
@@ -11,7 +13,7 @@
 #define ARRAY_SIZE(a)                                                          \
   (sizeof (a) / sizeof ((a)[0])                                                \
    + 0 * sizeof (struct {                                                      \
-       _Static_assert(!__builtin_types_compatible_p (__typeof__ (a),           \
+       static_assert (!__builtin_types_compatible_p (__typeof__ (a),           \
                                                      __typeof__ (&(a)[0])),    \
                       "ARRAY_SIZE needs an array, not a pointer");             \
        char array_size_dummy_;                                                 \

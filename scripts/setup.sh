@@ -14,11 +14,13 @@ shift || true
 # Debian passes the test suite: besides the build tools and the NBD peers,
 # python3 (tests run /usr/bin/python3), strace (test-image-fua),
 # time (/usr/bin/time, test-coalesce-randops), util-linux (setpriv, flock,
-# blockdev), mount (losetup) and e2fsprogs (filefrag, chattr).
+# blockdev), mount (losetup), e2fsprogs (filefrag, chattr), and
+# clang-format and git (test-build-format: the tracked files' format).
 packages=(
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd python3
   qemu-utils zlib1g-dev libzstd-dev autoconf automake libtool pkg-config
-  make gcc clang fio perl util-linux mount e2fsprogs strace time gnuplot-nox
+  make gcc clang clang-format git fio perl util-linux mount e2fsprogs strace time
+  gnuplot-nox
 )
 missing=()
 for p in "${packages[@]}"; do

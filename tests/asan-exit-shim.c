@@ -15,5 +15,5 @@
 void
 freelocale (locale_t locale)
 {
-  (void) locale;
+  (void)locale;
 }

@@ -1,5 +1,6 @@
-# Tests of the build itself: make install / make uninstall.
-BUILD_TESTS = test-build-install.sh
+# Tests of the build itself: make install / make uninstall, and the
+# sources formatted as .clang-format says.
+BUILD_TESTS = test-build-install.sh test-build-format.sh
 TESTS += $(BUILD_TESTS)
 EXTRA_DIST += $(BUILD_TESTS)
 

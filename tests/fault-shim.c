@@ -59,6 +59,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "prng.h"
+
 #define MAX_FD 65536
 #define DIO_UNIT_UNKNOWN 4096
 #define MAX_IOV 64
@@ -326,12 +328,9 @@ count (enum counter c)
 static uint64_t
 random64 (void)
 {
-  uint64_t z
-      = cfg.seed
-        + (atomic_fetch_add (&roll_count, 1) + 1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return prng_mix (cfg.seed
+                   + (atomic_fetch_add (&roll_count, 1) + 1)
+                         * 0x9e3779b97f4a7c15ULL);
 }
 
 static unsigned

@@ -66,6 +66,8 @@
 #include <libnbd.h>
 
 #include "align.h"
+#include "now.h"
+#include "prng.h"
 
 #define STRIPE_SMALL 700
 #define STRIPE_LARGE 20000
@@ -133,30 +135,6 @@ static uint64_t next_id;
 static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long total_checked_ops, total_checked_bytes;
 
-static int64_t
-now_ns (void)
-{
-  struct timespec ts;
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * INT64_C (1000000000) + ts.tv_nsec;
-}
-
-static uint64_t
-rnd (uint64_t *s)
-{
-  /* xorshift64* */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * UINT64_C (2685821657736338717);
-}
-
-static uint64_t
-rnd_below (uint64_t *s, uint64_t n)
-{
-  return n ? rnd (s) % n : 0;
-}
-
 /* The byte a write with this id puts at this offset: never 0, so a
  * lost write cannot pass for a zero, and different per write.
  */
@@ -191,31 +169,32 @@ pick_range (struct conn *c, uint64_t *off, uint32_t *len)
 {
   uint64_t lo, hi, n;
 
-  if (split == size || rnd_below (&c->rng, 10) < 6)
+  if (split == size || prng_below (&c->rng, 10) < 6)
     {
       n = split / STRIPE_SMALL / n_conns;
-      lo = (rnd_below (&c->rng, n) * n_conns + c->index) * STRIPE_SMALL;
+      lo = (prng_below (&c->rng, n) * n_conns + c->index) * STRIPE_SMALL;
       hi = lo + STRIPE_SMALL;
     }
   else
     {
       n = (size - split) / STRIPE_LARGE / n_conns;
-      lo = split + (rnd_below (&c->rng, n) * n_conns + c->index) * STRIPE_LARGE;
+      lo = split
+           + (prng_below (&c->rng, n) * n_conns + c->index) * STRIPE_LARGE;
       hi = lo + STRIPE_LARGE;
     }
-  switch (rnd_below (&c->rng, 3))
+  switch (prng_below (&c->rng, 3))
     {
     case 0: /* anywhere */
-      *off = lo + rnd_below (&c->rng, hi - lo);
-      *len = 1 + rnd_below (&c->rng, hi - *off);
+      *off = lo + prng_below (&c->rng, hi - lo);
+      *len = 1 + prng_below (&c->rng, hi - *off);
       break;
     case 1: /* the whole stripe */
       *off = lo;
       *len = hi - lo;
       break;
     default: /* short */
-      *len = 1 + rnd_below (&c->rng, MIN (hi - lo, (uint64_t)5000));
-      *off = lo + rnd_below (&c->rng, hi - lo - *len + 1);
+      *len = 1 + prng_below (&c->rng, MIN (hi - lo, (uint64_t)5000));
+      *off = lo + prng_below (&c->rng, hi - lo - *len + 1);
       break;
     }
 }
@@ -358,7 +337,7 @@ static void
 issue (struct conn *c)
 {
   const unsigned total = w_write + w_fua + w_zero + w_trim + w_flush + w_read;
-  unsigned r = rnd_below (&c->rng, total);
+  unsigned r = prng_below (&c->rng, total);
   struct op *op = calloc (1, sizeof *op);
   nbd_completion_callback cb;
   int64_t cookie;
@@ -403,11 +382,11 @@ issue (struct conn *c)
   else if ((r -= w_write + w_fua) < w_zero)
     {
       op->kind = K_ZERO;
-      if (rnd_below (&c->rng, 10) < 3)
+      if (prng_below (&c->rng, 10) < 3)
         op->flags |= LIBNBD_CMD_FLAG_NO_HOLE;
-      if (rnd_below (&c->rng, 10) < 3 && nbd_can_fast_zero (c->nbd) == 1)
+      if (prng_below (&c->rng, 10) < 3 && nbd_can_fast_zero (c->nbd) == 1)
         op->flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
-      if (rnd_below (&c->rng, 10) < 2)
+      if (prng_below (&c->rng, 10) < 2)
         op->flags |= LIBNBD_CMD_FLAG_FUA;
     }
   else if ((r -= w_zero) < w_trim)
@@ -418,7 +397,7 @@ issue (struct conn *c)
           return;
         }
       op->kind = K_TRIM;
-      if (rnd_below (&c->rng, 10) < 2)
+      if (prng_below (&c->rng, 10) < 2)
         op->flags |= LIBNBD_CMD_FLAG_FUA;
     }
   else
@@ -525,8 +504,8 @@ run_hook (const char *what, const char *cmd)
   st = system (cmd);
   if (st == -1 || !WIFEXITED (st) || WEXITSTATUS (st) != 0)
     {
-      fprintf (stderr, "stress: %s command failed (status %d): %s\n", what,
-               st, cmd);
+      fprintf (stderr, "stress: %s command failed (status %d): %s\n", what, st,
+               cmd);
       return -1;
     }
   return 0;
@@ -814,7 +793,7 @@ run_once (unsigned run)
     {
       struct conn *c = &conns[ci];
       c->index = ci;
-      c->rng = rnd (&run_rng) | 1;
+      c->rng = prng_next (&run_rng) | 1;
       c->nbd = connect_one ();
       if (n_conns > 1 && nbd_can_multi_conn (c->nbd) != 1)
         {
@@ -835,7 +814,7 @@ run_once (unsigned run)
     {
       /* Somewhere in the second half of the run, at a random moment. */
       sleep_s (secs / 2
-               + (double)rnd_below (&run_rng, 1000000) / 1e6 * secs / 2);
+               + (double)prng_below (&run_rng, 1000000) / 1e6 * secs / 2);
       stopping = true;
       kill_ns = now_ns ();
       kill (server_pid, SIGKILL);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "intervals.h"
+#include "prng.h"
 
 static struct ivset
 new_set (uint64_t page_size)
@@ -263,11 +264,7 @@ static uint64_t rng;
 static uint64_t
 rnd (uint64_t n)
 {
-  /* xorshift64*: reproducible from the seed on every libc. */
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return (rng * 0x2545F4914F6CDD1DULL >> 11) % n;
+  return (prng_next (&rng) >> 11) % n;
 }
 
 struct info

@@ -15,21 +15,6 @@ require qemu-img
 [ -x "$RANDOPS" ] || fail "$RANDOPS not built"
 cd "$T"
 
-# nbdkit in the foreground (in this shell's background), -v, so that the
-# pool's summary at unload reaches $(logfile NAME).
-start_fg ()
-{
-  local name=$1 i; shift
-  rm -f "$T/$name.sock" "$T/$name.pid"
-  "$NBDKIT" -f -v --log=stderr -U "$T/$name.sock" -P "$T/$name.pid" "$@" \
-    2>>"$T/$name.log" &
-  for ((i = 0; i < 100; i++)); do
-    [ -s "$T/$name.pid" ] && [ -S "$T/$name.sock" ] && return 0
-    sleep 0.1
-  done
-  fail "nbdkit $name did not start: $(cat "$T/$name.log")"
-}
-
 # pool_made NAME: how many buffers the pool made (after the stop).
 pool_made ()
 {
@@ -45,7 +30,9 @@ run ()
 {
   local name=$1 fmt=$2 file=$3 out made
   shift 3
-  start_fg "$name" "$IMAGE_PLUGIN" file="$T/$file" cache=none "$@"
+  # nbdkit in the foreground, -v, so that the pool's summary at unload
+  # reaches $(logfile NAME).
+  start_fg "$name" -v "$IMAGE_PLUGIN" file="$T/$file" cache=none "$@"
   out=$("$RANDOPS" -c 8 -n 1200 --max-len=$((5 * 1024 * 1024)) --seed=21 \
     --dump="$T/$name.ref" "$(uri "$name")") ||
     fail "$name: randops found a difference: $out"

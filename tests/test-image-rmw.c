@@ -31,6 +31,8 @@
 
 #include <libnbd.h>
 
+#include "prng.h"
+
 #define SLOT 100 /* bytes; not a divisor of 512 */
 #define IN_FLIGHT 32
 
@@ -49,16 +51,6 @@ struct worker
   uint64_t rng;
   int failed;
 };
-
-static uint64_t
-next_rand (uint64_t *s)
-{
-  /* xorshift64* */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ULL;
-}
 
 static struct nbd_handle *
 connect_one (void)
@@ -122,7 +114,7 @@ run_worker (void *arg)
 
           if (op->cookie)
             continue;
-          r = next_rand (&w->rng);
+          r = prng_next (&w->rng);
           k = (r % mine) * nconn + w->id;
           /* One request per slot at a time keeps the reference exact. */
           {

@@ -21,7 +21,6 @@ require_filter_version
 python3 -c 'import nbd' 2>/dev/null || skip "python3-libnbd is not installed"
 writer="$srcdir/nbd-writer.py"
 
-now () { date +%s.%N; }
 elapsed () { python3 -c "import sys; print('%.3f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$@"; }
 
 # ---- an idle client

@@ -43,16 +43,6 @@ same ()
   echo "ok: $img $* reads like $ref"
 }
 
-refused ()
-{
-  local img=$1 msg=$2
-  shift 2
-  n=$((n + 1))
-  expect_error "error: $msg\$" \
-    start_refused c$n "$IMAGE_PLUGIN" file="$img" "$@"
-  echo "ok: $img $* refused: $msg"
-}
-
 # ---- a three-level chain: raw <- qcow2 <- qcow2 ----
 # The raw base is shorter than the overlays and has a hole.
 head -c 1M /dev/urandom >d/base.raw
@@ -79,32 +69,32 @@ cp d/top.qcow2 alone.qcow2
 same d/top.qcow2 alone.qcow2 backing=none
 
 # The default refuses, naming the file.
-refused d/top.qcow2 "$T/d/top.qcow2: image has a backing file 'mid.qcow2'; refusing it \\(use backing=follow \\[backing-dir=DIR\\] to open it, or backing=none to serve this layer alone\\)"
+refused d/top.qcow2 "image has a backing file 'mid.qcow2'; refusing it \\(use backing=follow \\[backing-dir=DIR\\] to open it, or backing=none to serve this layer alone\\)"
 
 # ---- containment ----
 head -c 1M /dev/urandom >outside.raw
 "$QEMU_IMG" create -q -f qcow2 -b ../outside.raw -F raw d/escape.qcow2 1M
-refused d/escape.qcow2 "$T/d/escape.qcow2: backing file '../outside.raw' resolves to $T/outside.raw, outside the allowed directory $T/d \\(see backing-dir\\)" backing=follow
+refused d/escape.qcow2 "backing file '../outside.raw' resolves to $T/outside.raw, outside the allowed directory $T/d \\(see backing-dir\\)" backing=follow
 # ... allowed when backing-dir covers it.
 same d/escape.qcow2 outside.raw backing=follow backing-dir="$T"
 ln -s ../outside.raw d/link.raw
 "$QEMU_IMG" create -q -f qcow2 -b link.raw -F raw d/symlink.qcow2 1M
-refused d/symlink.qcow2 "$T/d/symlink.qcow2: backing file 'link.raw' resolves to $T/outside.raw, outside the allowed directory $T/d \\(see backing-dir\\)" backing=follow
+refused d/symlink.qcow2 "backing file 'link.raw' resolves to $T/outside.raw, outside the allowed directory $T/d \\(see backing-dir\\)" backing=follow
 "$QEMU_IMG" create -q -f qcow2 -b "$T/outside.raw" -F raw d/absolute.qcow2 1M
-refused d/absolute.qcow2 "$T/d/absolute.qcow2: backing file '$T/outside.raw' resolves to $T/outside.raw, outside the allowed directory $T/d \\(see backing-dir\\)" backing=follow
+refused d/absolute.qcow2 "backing file '$T/outside.raw' resolves to $T/outside.raw, outside the allowed directory $T/d \\(see backing-dir\\)" backing=follow
 "$QEMU_IMG" create -q -f qcow2 -b base.raw -F raw d/missing.qcow2 1M
 mv d/base.raw d/base.raw.away
-refused d/missing.qcow2 "$T/d/missing.qcow2: backing file 'base.raw' cannot be opened: No such file or directory" backing=follow
+refused d/missing.qcow2 "backing file 'base.raw' cannot be opened: No such file or directory" backing=follow
 mv d/base.raw.away d/base.raw
 
 # ---- loops and depth ----
 "$QEMU_IMG" create -q -f qcow2 d/loop-a.qcow2 1M
 "$QEMU_IMG" create -q -f qcow2 -b loop-a.qcow2 -F qcow2 d/loop-b.qcow2
 "$QEMU_IMG" rebase -q -u -b loop-b.qcow2 -F qcow2 d/loop-a.qcow2
-refused d/loop-a.qcow2 "$T/d/loop-a.qcow2: backing chain loop: $T/d/loop-a.qcow2 is already in the chain" backing=follow
+refused d/loop-a.qcow2 "backing chain loop: $T/d/loop-a.qcow2 is already in the chain" backing=follow
 "$QEMU_IMG" create -q -f qcow2 d/self.qcow2 1M
 "$QEMU_IMG" rebase -q -u -b self.qcow2 -F qcow2 d/self.qcow2
-refused d/self.qcow2 "$T/d/self.qcow2: backing chain loop: $T/d/self.qcow2 is already in the chain" backing=follow
+refused d/self.qcow2 "backing chain loop: $T/d/self.qcow2 is already in the chain" backing=follow
 "$QEMU_IMG" create -q -f qcow2 d/l0.qcow2 1M
 for i in 1 2 3 4; do
   "$QEMU_IMG" create -q -f qcow2 -b l$((i - 1)).qcow2 -F qcow2 d/l$i.qcow2
@@ -112,7 +102,7 @@ for i in 1 2 3 4; do
 done
 same d/l4.qcow2 d/l4.qcow2 backing=follow
 same d/l4.qcow2 d/l4.qcow2 backing=follow backing-max-depth=4
-refused d/l4.qcow2 "$T/d/l4.qcow2: backing chain is deeper than 3 files \\(see backing-max-depth\\)" backing=follow backing-max-depth=3
+refused d/l4.qcow2 "backing chain is deeper than 3 files \\(see backing-max-depth\\)" backing=follow backing-max-depth=3
 
 # ---- external data files ----
 # qemu-img resolves a relative data file name from its current
@@ -135,7 +125,7 @@ for raw in off on; do
 done
 (cd d && "$QEMU_IMG" create -q -f qcow2 -o data_file=../outside.bin \
   ext-out.qcow2 1M)
-refused d/ext-out.qcow2 "$T/d/ext-out.qcow2: external data file '../outside.bin' resolves to $T/outside.bin, outside the allowed directory $T/d \\(see backing-dir\\)"
+refused d/ext-out.qcow2 "external data file '../outside.bin' resolves to $T/outside.bin, outside the allowed directory $T/d \\(see backing-dir\\)"
 
 # ---- internal snapshots ----
 "$QEMU_IMG" create -q -f qcow2 snap.qcow2 4M
@@ -152,7 +142,7 @@ for s in s1 s2; do
 done
 same snap.qcow2 s1.raw snapshot=1
 same snap.qcow2 s2.raw snapshot=2
-refused snap.qcow2 "$T/snap.qcow2: snapshot 'nope' not found" snapshot=nope
+refused snap.qcow2 "snapshot 'nope' not found" snapshot=nope
 
 # Snapshot tables among the data.  qemu writes a new table at the first
 # free clusters whenever a snapshot is taken or deleted, so guest data,

@@ -18,23 +18,6 @@ _q2_wait_stopped ()
 }
 on_exit _q2_wait_stopped
 
-# Like start_nbdkit, but in the foreground (as a background job) so that
-# errors from requests still reach the log: a daemonized nbdkit drops
-# its stderr.
-start_logged ()
-{
-  local name=$1 i
-  shift
-  rm -f "$(sock $name)" "$T/$name.pid"
-  "$NBDKIT" -f --log=stderr -U "$(sock $name)" -P "$T/$name.pid" "$@" \
-    2>>"$(logfile $name)" &
-  for ((i = 0; i < 100; i++)); do
-    [ -s "$T/$name.pid" ] && [ -S "$(sock $name)" ] && return 0
-    sleep 0.1
-  done
-  fail "nbdkit $name did not start: $(cat "$(logfile $name)")"
-}
-
 # Patch fields of a qcow2 image (see test-qcow2-patch.py).
 patch () { /usr/bin/python3 "$srcdir/test-qcow2-patch.py" "$@"; }
 
@@ -58,4 +41,18 @@ start_refused ()
   shift
   timeout -k 5 60 "$NBDKIT" --log=stderr -U "$(sock $name)" \
     -P "$T/$name.pid" "$@"
+}
+
+# refused IMG 'MESSAGE' [PARAMS...]: the image plugin, given file=$T/IMG
+# and PARAMS, must not start and must say exactly "error: $T/IMG: MESSAGE"
+# (MESSAGE is an extended regular expression).
+_q2_refused=0
+refused ()
+{
+  local img=$1 msg=$2
+  shift 2
+  _q2_refused=$((_q2_refused + 1))
+  expect_error "error: $T/$img: $msg\$" \
+    start_refused refused$_q2_refused "$IMAGE_PLUGIN" file="$T/$img" "$@"
+  echo "ok: $img${*:+ $*} refused: $msg"
 }

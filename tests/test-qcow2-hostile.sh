@@ -13,18 +13,6 @@ cd "$T"
 
 n=0
 
-# refused IMG 'MESSAGE' [PARAMS...]: the server refuses to start, saying
-# IMG: MESSAGE.
-refused ()
-{
-  local img=$1 msg=$2
-  shift 2
-  n=$((n + 1))
-  expect_error "error: $T/$img: $msg\$" \
-    start_refused h$n "$IMAGE_PLUGIN" file="$T/$img" "$@"
-  echo "ok: $img${*:+ $*} refused: $msg"
-}
-
 # read_fails IMG OFFSET 'MESSAGE' [PARAMS...]: the server starts,
 # a read at OFFSET fails with EIO and the log has IMG: MESSAGE; the
 # server survives and still serves a good area (the last 64 KiB).
@@ -34,7 +22,7 @@ read_fails ()
   shift 3
   n=$((n + 1))
   srv=h$n
-  start_logged $srv "$IMAGE_PLUGIN" file="$T/$img" "$@"
+  start_fg $srv "$IMAGE_PLUGIN" file="$T/$img" "$@"
   pid=$(pidof_srv $srv)
   expect_error 'Input/output error|EIO' \
     nbdsh -u "$(uri $srv)" -c "h.pread(4096, $off)"

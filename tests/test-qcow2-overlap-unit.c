@@ -25,17 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prng.h"
 #include "qcow2-internal.h"
 #include "unit-check.h"
-
-static uint64_t
-rnd (uint64_t *s)
-{
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
 
 static void
 test_set (void)
@@ -57,16 +49,16 @@ test_set (void)
   for (round = 0; round < 400000; ++round)
     {
       /* Clustered keys, as metadata is: collisions in the probe chains. */
-      uint64_t c = 1 + rnd (&s) % (N - 1);
+      uint64_t c = 1 + prng_next (&s) % (N - 1);
       if (model[c] == 0)
         {
           enum qcow2_meta_kind k
-              = rnd (&s) & 1 ? QCOW2_META_L2 : QCOW2_META_REFBLOCK;
+              = prng_next (&s) & 1 ? QCOW2_META_L2 : QCOW2_META_REFBLOCK;
           CHECK (qcow2_meta_add (&img, k, c, &err) == 0);
           model[c] = k + 1;
           count++;
         }
-      else if (rnd (&s) % 3 == 0)
+      else if (prng_next (&s) % 3 == 0)
         {
           /* Adding it twice is a collision: EIO, nothing changes. */
           CHECK (qcow2_meta_add (&img, QCOW2_META_L2, c, &err) == -1);
@@ -304,7 +296,7 @@ test_image (uint64_t size, unsigned cbits, unsigned rbits, bool linear)
    */
   for (g = 0; g < n; ++g)
     {
-      uint64_t c = (g * 7919 + rnd (&s) % 2) % n;
+      uint64_t c = (g * 7919 + prng_next (&s) % 2) % n;
       memset (buf, 1 + (int)(c % 250), cs);
       if (qcow2_pwrite (img, buf, cs, c * cs, &err) == -1)
         die ("write: %s", err.msg);

@@ -9,20 +9,6 @@
 require qemu-img
 cd "$T"
 
-
-n=0
-# refused IMG 'MESSAGE' [PARAMS...]: the server must not start, and say
-# exactly "IMG: MESSAGE".
-refused ()
-{
-  local img=$1 msg=$2
-  shift 2
-  n=$((n + 1))
-  expect_error "error: $T/$img: $msg\$" \
-    start_refused r$n "$IMAGE_PLUGIN" file="$T/$img" "$@"
-  echo "ok: $img refused: $msg"
-}
-
 good () { "$QEMU_IMG" create -q -f qcow2 "$@"; }
 
 good -o cluster_size=4k base.qcow2 1M

@@ -28,22 +28,6 @@ mounts=()
 on_exit 'for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null; done'
 on_exit '[ -n "${loopdev:-}" ] && losetup -d "$loopdev"'
 
-# start_nbdkit, but nbdkit stays in the foreground (in the background of
-# this shell), so that errors logged while serving reach $(logfile NAME):
-# a forked nbdkit loses its stderr.
-start_fg ()
-{
-  local name=$1 i; shift
-  rm -f "$T/$name.sock" "$T/$name.pid"
-  "$NBDKIT" -f --log=stderr -U "$T/$name.sock" -P "$T/$name.pid" "$@" \
-    2>>"$T/$name.log" &
-  for ((i = 0; i < 100; i++)); do
-    [ -s "$T/$name.pid" ] && [ -S "$T/$name.sock" ] && return 0
-    sleep 0.1
-  done
-  fail "nbdkit $name did not start: $(cat "$T/$name.log")"
-}
-
 info () # IMAGE: qemu-img info as "key=value" lines for the fields we test
 {
   "$QEMU_IMG" info -f qcow2 --output=json "$1" | /usr/bin/python3 -c '

@@ -16,22 +16,6 @@ require qemu-img
 cd "$T"
 n=0
 
-# start_nbdkit, but nbdkit stays in the foreground (in the background of
-# this shell), so that errors logged while serving reach $(logfile NAME):
-# a forked nbdkit loses its stderr.
-start_fg ()
-{
-  local name=$1 i; shift
-  rm -f "$T/$name.sock" "$T/$name.pid"
-  "$NBDKIT" -f --log=stderr -U "$T/$name.sock" -P "$T/$name.pid" "$@" \
-    2>>"$T/$name.log" &
-  for ((i = 0; i < 100; i++)); do
-    [ -s "$T/$name.pid" ] && [ -S "$T/$name.sock" ] && return 0
-    sleep 0.1
-  done
-  fail "nbdkit $name did not start: $(cat "$T/$name.log")"
-}
-
 # Some data to start from, so that writes meet old clusters and holes.
 seed_data ()
 {

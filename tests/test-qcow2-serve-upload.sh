@@ -46,7 +46,6 @@ for e in json.load(sys.stdin):
 print(inv, n)'
 }
 
-now () { date +%s.%N; }
 secs () { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
 # upload CLIENT URI

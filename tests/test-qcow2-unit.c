@@ -15,34 +15,11 @@
 #include <string.h>
 
 #include "qcow2.h"
+#include "slurp.h"
 
 static struct qcow2_image *img;
 static unsigned char *ref;
 static uint64_t size;
-
-static unsigned char *
-slurp (const char *path, size_t *len)
-{
-  FILE *fp = fopen (path, "rb");
-  unsigned char *buf;
-  long n;
-
-  if (fp == NULL || fseek (fp, 0, SEEK_END) == -1 || (n = ftell (fp)) < 0)
-    {
-      perror (path);
-      exit (EXIT_FAILURE);
-    }
-  rewind (fp);
-  buf = malloc (n ? n : 1);
-  if (buf == NULL || fread (buf, 1, n, fp) != (size_t)n)
-    {
-      perror (path);
-      exit (EXIT_FAILURE);
-    }
-  fclose (fp);
-  *len = n;
-  return buf;
-}
 
 static void *
 reader (void *arg)

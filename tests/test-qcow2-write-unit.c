@@ -78,7 +78,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "now.h"
 #include "qcow2-internal.h"
+#include "slurp.h"
 #include "unit-check.h"
 
 /* r == 0, else die naming the call. */
@@ -90,24 +92,6 @@
         die ("%s:%d: %s: %s", __FILE__, __LINE__, #call, strerror (-r_));      \
     }                                                                          \
   while (0)
-
-static unsigned char *
-slurp (const char *path, size_t *len)
-{
-  FILE *fp = fopen (path, "rb");
-  unsigned char *buf;
-  long n;
-
-  if (fp == NULL || fseek (fp, 0, SEEK_END) == -1 || (n = ftell (fp)) < 0)
-    die ("%s: %s", path, strerror (errno));
-  rewind (fp);
-  buf = malloc (n ? n : 1);
-  if (buf == NULL || fread (buf, 1, n, fp) != (size_t)n)
-    die ("%s: read failed", path);
-  fclose (fp);
-  *len = n;
-  return buf;
-}
 
 static bool
 all_bytes (const unsigned char *p, size_t len, unsigned char c)
@@ -1654,15 +1638,6 @@ speed_writer (void *arg)
   return NULL;
 }
 
-static double
-now (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* 4 threads writing different (new) clusters over a hostio whose
  * writes take 20 ms must take well under the time one thread takes for
  * as many: nothing serializes the data writes.
@@ -1683,10 +1658,10 @@ speedup (const char *path)
   CHECK (g.nclusters >= 2 * per * GROUP_THREADS);
   g.write_delay = 20000;
   sp[0] = (struct speed){ 0, per * GROUP_THREADS };
-  t0 = now ();
+  t0 = now_s ();
   speed_writer (&sp[0]);
-  serial = now () - t0;
-  t0 = now ();
+  serial = now_s () - t0;
+  t0 = now_s ();
   for (t = 0; t < GROUP_THREADS; ++t)
     {
       sp[t] = (struct speed){ (GROUP_THREADS + t) * per, per };
@@ -1694,7 +1669,7 @@ speedup (const char *path)
     }
   for (t = 0; t < GROUP_THREADS; ++t)
     pthread_join (tid[t], NULL);
-  par = now () - t0;
+  par = now_s () - t0;
   g.write_delay = 0;
   expect_pattern (0, 2 * per * GROUP_THREADS * g.cs, 5, "speedup");
   close_slow_copy (slow, mem, file);

@@ -180,7 +180,8 @@ PARAM_FILTER_CONFIG (lifecycle_config, lifecycle_params, set_param)
 /* Requests wait here forever once the gate is closed: the supervisor
  * kills the server without answering them.
  */
-static void __attribute__ ((noreturn)) wait_forever (void)
+static __attribute__ ((noreturn)) void
+wait_forever (void)
 {
   static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   static pthread_cond_t never = PTHREAD_COND_INITIALIZER;

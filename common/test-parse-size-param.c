@@ -17,21 +17,9 @@
 #include <nbdkit-plugin.h>
 
 #include "parse-size-param.h"
+#include "test-nbdkit-error.h"
 
-static char message[1024];
-static unsigned errors;
 static const char *parsed; /* last string nbdkit_parse_size saw */
-
-void
-nbdkit_error (const char *fs, ...)
-{
-  va_list args;
-
-  va_start (args, fs);
-  vsnprintf (message, sizeof message, fs, args);
-  va_end (args);
-  errors++;
-}
 
 /* Recognisable results, and -1 for the overflow nbdkit would refuse. */
 int64_t

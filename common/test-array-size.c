@@ -32,7 +32,7 @@ main (void)
   assert (ARRAY_SIZE (matrix) == 4);
   assert (ARRAY_SIZE (matrix[0]) == 5);
   /* Still a constant expression, usable where C needs one. */
-  _Static_assert(ARRAY_SIZE (words) == 3, "constant");
+  static_assert (ARRAY_SIZE (words) == 3, "constant");
   {
     char sized[ARRAY_SIZE (bigs)];
     assert (sizeof sized == 7);

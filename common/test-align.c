@@ -161,8 +161,8 @@ test_constexpr_detection (void)
   uint64_t w = v;
 
   /* The static check relies on telling these apart. */
-  _Static_assert(IS_CONSTEXPR (4096), "a literal is constant");
-  _Static_assert(IS_CONSTEXPR ((uint64_t)1 << 20), "constant");
+  static_assert (IS_CONSTEXPR (4096), "a literal is constant");
+  static_assert (IS_CONSTEXPR ((uint64_t)1 << 20), "constant");
   assert (!IS_CONSTEXPR (v));
   assert (!IS_CONSTEXPR (w));
   assert (!IS_CONSTEXPR (w * 0 + 8));

@@ -20,20 +20,7 @@
 #include <nbdkit-plugin.h>
 
 #include "parse-enum-param.h"
-
-static char message[1024];
-static unsigned errors;
-
-void
-nbdkit_error (const char *fs, ...)
-{
-  va_list args;
-
-  va_start (args, fs);
-  vsnprintf (message, sizeof message, fs, args);
-  va_end (args);
-  errors++;
-}
+#include "test-nbdkit-error.h"
 
 enum colour
 {
