@@ -28,7 +28,10 @@
 #                      upload: bench/imageio-client)
 #   FILTERS="coalesce zerodetect"   also run target "image+filters" = the image
 #                      plugin behind these filters of ours (from BUILD), in that order
-#   BASE_BUILD=DIR     with FILTERS: also run target "image+base", the image
+#   BASE_BUILD=DIR     target "image-base" (name it in TARGETS, also as
+#                      image-base:qcow2) is the image plugin alone from DIR,
+#                      an older build: before/after of the plugin in one run.
+#                      With FILTERS: also run target "image+base", the image
 #                      plugin (from BUILD) behind the same filters from DIR
 #                      (an older build): before/after in one interleaved run
 #   COUNTERS=1         run the filtered targets with -v and print the coalesce
@@ -175,13 +178,18 @@ start_server ()               # KIND MODE TARGET
   fmt=$(fmt_of "$kind")
   rm -f "$sock" "$pidfile"
   case ${kind%%:*} in
-    image | image+*)
+    image | image+* | image-base)
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile")
       case $kind in
         image+base*) cmd+=("${filter_args_base[@]}") ;;
         image+*) cmd+=("${filter_args[@]}") ;;
       esac
-      cmd+=("$plugin" file="$target")
+      if [ "${kind%%:*}" = image-base ]; then
+        [ -n "${BASE_BUILD:-}" ] || die "target image-base needs BASE_BUILD"
+        cmd+=("$(cd "$BASE_BUILD" && pwd)/plugins/image/.libs/nbdkit-image-plugin.so" file="$target")
+      else
+        cmd+=("$plugin" file="$target")
+      fi
       [ "$fmt" = qcow2 ] && [ "$qcow2_made_by" = plugin ] &&
         cmd+=(format=qcow2 create=true size="$vsize")
       [ "$mode" = none ] && cmd+=(cache=none) ;;
