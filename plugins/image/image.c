@@ -18,6 +18,7 @@
 #include "align.h"
 #include "array-size.h"
 #include "bounce.h"
+#include "cleanup.h"
 #include "format.h"
 #include "image-magic.h"
 #include "parse-enum-param.h"
@@ -87,7 +88,13 @@ static const struct enum_param_word create_words[] = {
 static void
 image_unload (void)
 {
-  bounce_pool_free ();
+  unsigned made, freed;
+
+  bounce_pool_free (&made, &freed);
+  if (made > 0)
+    nbdkit_debug ("bounce pool: %u buffer(s) of %u bytes made, %u freed "
+                  "when the pool was full",
+                  made, (unsigned)BOUNCE_SIZE, freed);
   free (filename);
   free (unwritable_path);
 }
@@ -369,7 +376,8 @@ image_config_complete (void)
   format = format_choice == FORMAT_QCOW2 ? &qcow2_format : &raw_format;
   assert_format_complete (format);
   options.file = filename;
-  if (format->config_complete && format->config_complete () == -1)
+  options.create = create_mode != CREATE_NO;
+  if (format->config_complete && format->config_complete (&options) == -1)
     return -1;
   return 0;
 }
@@ -526,7 +534,7 @@ sector0_change (enum sector0_change what, const void *buf, uint32_t count,
 {
   int r;
 
-  pthread_mutex_lock (&sector0_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&sector0_lock);
   r = check_sector0 (what, buf, count, offset);
   if (r == 0)
     {
@@ -537,7 +545,6 @@ sector0_change (enum sector0_change what, const void *buf, uint32_t count,
       else
         r = format->trim (format_state, count, offset, flags);
     }
-  pthread_mutex_unlock (&sector0_lock);
   return r;
 }
 
@@ -577,6 +584,28 @@ image_extents (void *handle, uint32_t count, uint64_t offset, uint32_t flags,
                struct nbdkit_extents *extents)
 {
   return format->extents (format_state, count, offset, flags, extents);
+}
+
+int
+image_add_extents (void *state, image_status_fn status, uint32_t count,
+                   uint64_t offset, uint32_t flags,
+                   struct nbdkit_extents *extents)
+{
+  const uint64_t end = offset + count;
+
+  while (offset < end)
+    {
+      uint64_t len;
+      uint32_t type;
+
+      if (status (state, offset, end - offset, &len, &type) == -1
+          || nbdkit_add_extent (extents, offset, len, type) == -1)
+        return -1;
+      offset += len;
+      if (flags & NBDKIT_FLAG_REQ_ONE)
+        break;
+    }
+  return 0;
 }
 
 static int
