@@ -21,7 +21,9 @@
 #include "cleanup.h"
 #include "format.h"
 #include "image-magic.h"
+#include "image-params.h"
 #include "parse-enum-param.h"
+#include "param-table.h"
 #include "parse-size-param.h"
 #include "qcow2.h"
 
@@ -85,6 +87,8 @@ static const struct enum_param_word create_words[] = {
   { "force", CREATE_FORCE },
 };
 
+static const struct param_spec image_params[] = { IMAGE_PARAMS (PARAM_SPEC) };
+
 static void
 image_unload (void)
 {
@@ -99,9 +103,17 @@ image_unload (void)
   free (unwritable_path);
 }
 
+/* Every key is in image-params.h; image.c takes the ones common to
+ * all formats, and the formats theirs.
+ */
 static int
 image_config (const char *key, const char *value)
 {
+  if (param_find (image_params, ARRAY_SIZE (image_params), key) == NULL)
+    {
+      nbdkit_error ("unknown parameter '%s'", key);
+      return -1;
+    }
   if (strcmp (key, "file") == 0)
     {
       free (filename);
@@ -614,27 +626,7 @@ image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
   return format->cache (format_state, count, offset, flags);
 }
 
-#define image_config_help                                                      \
-  "file=<PATH>                (required) Image file or block device.\n"        \
-  "format=auto|raw|qcow2      Image format (default auto: sniffed).\n"         \
-  "cache=writeback|none       Host page cache use (none = O_DIRECT).\n"        \
-  "readonly=true              Never open the image for writing.\n"             \
-  "create=true|force size=SIZE Create the image first (a sparse raw file,\n"   \
-  "                           or with format=qcow2 an empty qcow2 v3).\n"      \
-  "image-offset=OFFSET        qcow2: the image starts at OFFSET in the "       \
-  "file.\n"                                                                    \
-  "image-length=LENGTH        qcow2: and is LENGTH bytes long (default: to\n"  \
-  "                           the end of the file).\n"                         \
-  "backing=refuse|none|follow qcow2: what to do with a backing file.\n"        \
-  "backing-dir=DIR            qcow2: backing/data files must be inside.\n"     \
-  "backing-max-depth=N        qcow2: longest backing chain (default 16).\n"    \
-  "l2-cache-size=SIZE         qcow2: bytes of L2 cache (default <= 32M).\n"    \
-  "snapshot=NAME|ID           qcow2: serve this internal snapshot.\n"          \
-  "layout=auto|linear|compact qcow2: where new clusters go (default auto).\n"  \
-  "repair=leaks               qcow2: give leaked clusters back at the open.\n" \
-  "cluster-size=SIZE          qcow2 create: 512 to 2M (default 64K).\n"        \
-  "extended-l2=on|off         qcow2 create: subcluster allocation.\n"          \
-  "preallocation=off|metadata qcow2 create: allocate every cluster."
+#define image_config_help IMAGE_PARAMS (PARAM_HELP_LINE)
 
 static struct nbdkit_plugin plugin = {
   .name = "image",
