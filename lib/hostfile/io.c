@@ -82,6 +82,22 @@ read_full (int fd, char *buf, size_t count, uint64_t offset)
   return r == 0 && got < count ? -EIO : r;
 }
 
+/* Drop the first n bytes of v[i, iovcnt) (v is a copy to change); the
+ * index of the first piece with bytes left.
+ */
+static int
+iov_advance (struct iovec *v, int iovcnt, int i, size_t n)
+{
+  while (i < iovcnt && n >= v[i].iov_len)
+    n -= v[i++].iov_len;
+  if (i < iovcnt)
+    {
+      v[i].iov_base = (char *)v[i].iov_base + n;
+      v[i].iov_len -= n;
+    }
+  return i;
+}
+
 /* Write all of iov until done: a short write (a signal, a file system
  * splitting the request) continues where it stopped.  fua: RWF_DSYNC
  * where the kernel has it, else *need_sync is set for the caller's
@@ -140,13 +156,7 @@ write_all (struct hostfile *hf, int fd, const struct iovec *iov, int iovcnt,
           break;
         }
       offset += n;
-      while (i < iovcnt && (size_t)n >= v[i].iov_len)
-        n -= v[i++].iov_len;
-      if (i < iovcnt)
-        {
-          v[i].iov_base = (char *)v[i].iov_base + n;
-          v[i].iov_len -= n;
-        }
+      i = iov_advance (v, iovcnt, i, n);
     }
   if (v != local)
     free (v);

@@ -93,18 +93,14 @@ zero_by_writing (struct hostfile *hf, uint64_t offset, uint64_t len,
   return hostfile_write_zeroes (hf, len, offset);
 }
 
-/* A regular file: fallocate, else writing. */
+/* A regular file, when punching is not allowed or was refused:
+ * fallocate, else writing.
+ */
 static int
 zero_file (struct hostfile *hf, uint64_t offset, uint64_t len, unsigned flags)
 {
   int r;
 
-  if (flags & HOSTFILE_ZERO_MAY_TRIM)
-    {
-      r = punch (hf, offset, len);
-      if (r != REFUSED)
-        return r;
-    }
   r = try_fallocate (hf, &hf->no_zero_range,
                      FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, offset, len);
   if (r != REFUSED)
@@ -127,21 +123,12 @@ zero_file (struct hostfile *hf, uint64_t offset, uint64_t len, unsigned flags)
   return zero_by_writing (hf, offset, len, flags);
 }
 
-/* A sector-aligned range of a block device. */
+/* A sector-aligned range of a block device, the same way. */
 static int
 zero_blkdev (struct hostfile *hf, uint64_t offset, uint64_t len, unsigned flags)
 {
   int r;
 
-  if (flags & HOSTFILE_ZERO_MAY_TRIM)
-    {
-      /* On a block device this is "zero, unmapping if the device can,
-       * and never fall back to writing", so it is always fast.
-       */
-      r = punch (hf, offset, len);
-      if (r != REFUSED)
-        return r;
-    }
   /* BLKZEROOUT falls back to writing zero pages in the kernel when the
    * device cannot zero by itself.
    */
@@ -151,6 +138,23 @@ zero_blkdev (struct hostfile *hf, uint64_t offset, uint64_t len, unsigned flags)
   if (r != REFUSED)
     return r;
   return zero_by_writing (hf, offset, len, flags);
+}
+
+/* MAY_TRIM: a punched hole first, on files and block devices alike
+ * (on a block device "zero, unmapping if the device can, and never
+ * fall back to writing", so always fast); then the ladder of each.
+ */
+static int
+zero_range (struct hostfile *hf, uint64_t offset, uint64_t len, unsigned flags)
+{
+  if (flags & HOSTFILE_ZERO_MAY_TRIM)
+    {
+      int r = punch (hf, offset, len);
+      if (r != REFUSED)
+        return r;
+    }
+  return hf->is_blkdev ? zero_blkdev (hf, offset, len, flags)
+                       : zero_file (hf, offset, len, flags);
 }
 
 /* Whole units by the kernel, partial ones by writing. */
@@ -166,8 +170,7 @@ zero_units (struct hostfile *hf, uint64_t offset, uint64_t len, unsigned flags)
   if (m0 >= m1)
     /* Less than one aligned unit: always cheap to write. */
     return hostfile_write_zeroes (hf, len, offset);
-  r = hf->is_blkdev ? zero_blkdev (hf, m0, m1 - m0, flags)
-                    : zero_file (hf, m0, m1 - m0, flags);
+  r = zero_range (hf, m0, m1 - m0, flags);
   if (r == 0 && offset < m0)
     r = hostfile_write_zeroes (hf, m0 - offset, offset);
   if (r == 0 && m1 < end)
@@ -185,7 +188,7 @@ hostfile_zero (struct hostfile *hf, uint64_t offset, uint64_t len,
     return 0;
   if (!hf->is_blkdev && !hf->direct)
     /* A buffered file: fallocate takes any byte range. */
-    r = zero_file (hf, offset, len, flags);
+    r = zero_range (hf, offset, len, flags);
   else
     r = zero_units (hf, offset, len, flags);
   if (r == 0 && (flags & HOSTFILE_ZERO_FUA))

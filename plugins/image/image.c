@@ -289,75 +289,71 @@ assert_format_complete (const struct format_ops *f)
   assert (!f->can_cache || f->cache);
 }
 
+/* image-offset= and image-length= are for format=qcow2, not create=. */
 static int
-image_config_complete (void)
+check_range_params (void)
 {
-  struct stat st;
-
-  if (filename == NULL)
+  if (!image_range_given)
+    return 0;
+  /* A byte range of a raw file is nbdkit's offset filter's job. */
+  if (format_choice != FORMAT_QCOW2)
     {
-      nbdkit_error ("you must supply the file=PATH parameter");
+      nbdkit_error ("image-offset and image-length need format=qcow2 "
+                    "(for a byte range of a raw file use "
+                    "nbdkit-offset-filter)");
       return -1;
-    }
-  if (image_range_given)
-    {
-      /* A byte range of a raw file is nbdkit's offset filter's job. */
-      if (format_choice != FORMAT_QCOW2)
-        {
-          nbdkit_error ("image-offset and image-length need format=qcow2 "
-                        "(for a byte range of a raw file use "
-                        "nbdkit-offset-filter)");
-          return -1;
-        }
-      if (create_mode != CREATE_NO)
-        {
-          nbdkit_error ("image-offset and image-length cannot be used with "
-                        "create=%s",
-                        create_mode == CREATE_FORCE ? "force" : "true");
-          return -1;
-        }
     }
   if (create_mode != CREATE_NO)
     {
-      /* Only an explicit format=qcow2 makes a qcow2 image. */
-      if (format_choice == FORMAT_QCOW2)
-        {
-          if (create_size < 0)
-            {
-              nbdkit_error ("create=%s needs size=SIZE",
-                            create_mode == CREATE_FORCE ? "force" : "true");
-              return -1;
-            }
-          /* qemu keeps a qcow2 virtual size in 512-byte sectors and
-           * drops a partial last one when it opens the image; qemu-img
-           * create rounds the size up, so do the same (bytes a client
-           * writes at the end would otherwise vanish under qemu).
-           */
-          if (create_size % 512)
-            {
-              if (create_size > INT64_MAX - 511)
-                {
-                  nbdkit_error ("size=%" PRIi64 " is too large", create_size);
-                  return -1;
-                }
-              nbdkit_debug ("create: size %" PRIi64 " rounded up to %" PRIi64
-                            " (a multiple of 512, as qemu-img create does)",
-                            create_size, ROUND_UP (create_size, 512));
-              create_size = ROUND_UP (create_size, 512);
-            }
-          if (qcow2_format.create (filename, create_size,
-                                   create_mode == CREATE_FORCE)
-              == -1)
-            return -1;
-        }
-      else if (create_file () == -1)
-        return -1;
-    }
-  else if (create_size >= 0)
-    {
-      nbdkit_error ("size=SIZE is only used with create=true");
+      nbdkit_error ("image-offset and image-length cannot be used with "
+                    "create=%s",
+                    create_mode == CREATE_FORCE ? "force" : "true");
       return -1;
     }
+  return 0;
+}
+
+/* create=true|force: the image, made before anything opens it.  Only
+ * an explicit format=qcow2 makes a qcow2 image.
+ */
+static int
+create_image (void)
+{
+  if (format_choice != FORMAT_QCOW2)
+    return create_file ();
+  if (create_size < 0)
+    {
+      nbdkit_error ("create=%s needs size=SIZE",
+                    create_mode == CREATE_FORCE ? "force" : "true");
+      return -1;
+    }
+  /* qemu keeps a qcow2 virtual size in 512-byte sectors and drops a
+   * partial last one when it opens the image; qemu-img create rounds
+   * the size up, so do the same (bytes a client writes at the end would
+   * otherwise vanish under qemu).
+   */
+  if (create_size % 512)
+    {
+      if (create_size > INT64_MAX - 511)
+        {
+          nbdkit_error ("size=%" PRIi64 " is too large", create_size);
+          return -1;
+        }
+      nbdkit_debug ("create: size %" PRIi64 " rounded up to %" PRIi64
+                    " (a multiple of 512, as qemu-img create does)",
+                    create_size, ROUND_UP (create_size, 512));
+      create_size = ROUND_UP (create_size, 512);
+    }
+  return qcow2_format.create (filename, create_size,
+                              create_mode == CREATE_FORCE);
+}
+
+/* file= must now exist and be a regular file or a block device. */
+static int
+check_file_type (void)
+{
+  struct stat st;
+
   if (stat (filename, &st) == -1)
     {
       nbdkit_error ("%s: %m", filename);
@@ -374,6 +370,31 @@ image_config_complete (void)
       nbdkit_error ("%s: not a regular file or block device", filename);
       return -1;
     }
+  return 0;
+}
+
+static int
+image_config_complete (void)
+{
+  if (filename == NULL)
+    {
+      nbdkit_error ("you must supply the file=PATH parameter");
+      return -1;
+    }
+  if (check_range_params () == -1)
+    return -1;
+  if (create_mode != CREATE_NO)
+    {
+      if (create_image () == -1)
+        return -1;
+    }
+  else if (create_size >= 0)
+    {
+      nbdkit_error ("size=SIZE is only used with create=true");
+      return -1;
+    }
+  if (check_file_type () == -1)
+    return -1;
   if (format_choice == FORMAT_AUTO)
     {
       if (sniff_format (&format_choice) == -1)
