@@ -58,8 +58,10 @@ struct qcow2_hostio
   uint64_t max_size;
 };
 
-/* Over a file descriptor, which it then owns (closes on close).  It can
- * be written if the descriptor was opened for writing.
+/* Over a file descriptor (a regular file or block device), which it
+ * then owns (closes on close, and on failure: NULL with errno set).  It
+ * can be written if the descriptor was opened for writing.  The
+ * host-file layer implements it (lib/hostfile/hostio.c, libhostfile.la).
  */
 extern struct qcow2_hostio *qcow2_hostio_fd (int fd);
 

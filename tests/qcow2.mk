@@ -35,7 +35,8 @@ test_qcow2_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)
 check_PROGRAMS += test-qcow2-write-unit
 test_qcow2_write_unit_SOURCES = test-qcow2-write-unit.c unit-check.h
 # Also links the library under test.
-test_qcow2_write_unit_LDADD = $(top_builddir)/lib/libqcow2.la $(LDADD)
+test_qcow2_write_unit_LDADD = $(top_builddir)/lib/libqcow2.la \
+	$(top_builddir)/lib/hostfile/libhostfile.la $(LDADD)
 
 # The metadata map behind the overlap checks (lib/overlap.c).
 check_PROGRAMS += test-qcow2-overlap-unit

@@ -85,7 +85,7 @@ done
 [ "$(makevar filterdir)" = "$prefix/lib/nbdkit/filters" ] ||
   fail "--prefix: filterdir is $(makevar filterdir), not $prefix/lib/nbdkit/filters"
 # Only what is installed needs building (not tests/ or bench/).
-for sub in common lib plugins/image "${filters[@]/#/filters/}" nbd; do
+for sub in common lib lib/hostfile plugins/image "${filters[@]/#/filters/}" nbd; do
   mk_in "$b/$sub" -j2 install >>"$T/pinstall.log" 2>&1 ||
     { tail -30 "$T/pinstall.log" >&2; fail "make install in $sub (--prefix) failed"; }
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # image plugin, cache=none: the shared pool of O_DIRECT bounce buffers
-# (plugins/image/bounce.c) under concurrency.  8 connections (nbdkit's
+# (lib/hostfile/bounce.c) under concurrency.  8 connections (nbdkit's
 # 16 threads each: 128 worker threads) send unaligned reads and writes
 # of up to 5 MiB, larger than a pool buffer, so requests are copied
 # through their buffer in chunks and their partial sectors are patched;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the qcow2 library's concurrent layers: the
-# library and test-qcow2-write-unit built with clang -fsanitize=thread,
-# then the group and parallel layers (see test-qcow2-group.sh and
-# test-qcow2-concurrent.sh).  Any data race report fails the test.
+# library (with the host-file layer under it) and test-qcow2-write-unit
+# built with clang -fsanitize=thread, then the group and parallel
+# layers (see test-qcow2-group.sh and test-qcow2-concurrent.sh).  Any
+# data race report fails the test.
 # clang is required (scripts/setup.sh installs it): no silent skip.
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
@@ -13,6 +14,7 @@ cd "$T"
 src=$abs_top_srcdir
 clang -fsanitize=thread -g -O1 -I "$abs_top_builddir" -I "$src/lib" \
   -I "$src/common" $(ls "$src"/lib/*.c | grep -v fuzz) \
+  "$src"/lib/hostfile/*.c "$src/common/cleanup.c" \
   "$src/tests/test-qcow2-write-unit.c" -lz -lzstd -lpthread -o tsan-unit ||
   fail "building the ThreadSanitizer binary"
 

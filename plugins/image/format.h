@@ -33,6 +33,7 @@ struct image_options
    */
   uint64_t image_offset;
   int64_t image_length;
+  bool create; /* create=true|force was given (the image is made first) */
 };
 
 struct format_ops
@@ -44,8 +45,11 @@ struct format_ops
    * nbdkit_error).  Called for every key image.c does not know.
    */
   int (*config) (const char *key, const char *value);
-  /* Optional: called from .config_complete for the chosen format. */
-  int (*config_complete) (void);
+  /* Optional: called from .config_complete for the chosen format, once
+   * opts is complete: checks that the parameters fit together.  0, or
+   * -1 after nbdkit_error.
+   */
+  int (*config_complete) (const struct image_options *opts);
   /* Optional: create=true|force size=SIZE for this format (image.c
    * makes a sparse raw file when NULL).  'force' replaces an existing
    * image; without it an existing image of that size is used as it is.
@@ -99,5 +103,17 @@ extern const struct format_ops qcow2_format;
  * read-only (nbdkit -r) with one line naming the file and 'err'.
  */
 void image_note_unwritable (const char *path, int err);
+
+/* A format's block status: the run at offset (at most max bytes, *len
+ * >= 1) and its NBDKIT_EXTENT_* type.  0, or -1 after nbdkit_error.
+ */
+typedef int (*image_status_fn) (void *state, uint64_t offset, uint64_t max,
+                                uint64_t *len, uint32_t *type);
+/* An extents op from a block status: [offset, offset+count) (or only
+ * its first run with NBDKIT_FLAG_REQ_ONE), never an extent past it.
+ */
+int image_add_extents (void *state, image_status_fn status, uint32_t count,
+                       uint64_t offset, uint32_t flags,
+                       struct nbdkit_extents *extents);
 
 #endif /* NBDSTACK_IMAGE_FORMAT_H */

@@ -18,9 +18,12 @@
 #include "align.h"
 #include "array-size.h"
 #include "bounce.h"
+#include "cleanup.h"
 #include "format.h"
 #include "image-magic.h"
+#include "image-params.h"
 #include "parse-enum-param.h"
+#include "param-table.h"
 #include "parse-size-param.h"
 #include "qcow2.h"
 
@@ -84,17 +87,33 @@ static const struct enum_param_word create_words[] = {
   { "force", CREATE_FORCE },
 };
 
+static const struct param_spec image_params[] = { IMAGE_PARAMS (PARAM_SPEC) };
+
 static void
 image_unload (void)
 {
-  bounce_pool_free ();
+  unsigned made, freed;
+
+  bounce_pool_free (&made, &freed);
+  if (made > 0)
+    nbdkit_debug ("bounce pool: %u buffer(s) of %u bytes made, %u freed "
+                  "when the pool was full",
+                  made, (unsigned)BOUNCE_SIZE, freed);
   free (filename);
   free (unwritable_path);
 }
 
+/* Every key is in image-params.h; image.c takes the ones common to
+ * all formats, and the formats theirs.
+ */
 static int
 image_config (const char *key, const char *value)
 {
+  if (param_find (image_params, ARRAY_SIZE (image_params), key) == NULL)
+    {
+      nbdkit_error ("unknown parameter '%s'", key);
+      return -1;
+    }
   if (strcmp (key, "file") == 0)
     {
       free (filename);
@@ -270,75 +289,71 @@ assert_format_complete (const struct format_ops *f)
   assert (!f->can_cache || f->cache);
 }
 
+/* image-offset= and image-length= are for format=qcow2, not create=. */
 static int
-image_config_complete (void)
+check_range_params (void)
 {
-  struct stat st;
-
-  if (filename == NULL)
+  if (!image_range_given)
+    return 0;
+  /* A byte range of a raw file is nbdkit's offset filter's job. */
+  if (format_choice != FORMAT_QCOW2)
     {
-      nbdkit_error ("you must supply the file=PATH parameter");
+      nbdkit_error ("image-offset and image-length need format=qcow2 "
+                    "(for a byte range of a raw file use "
+                    "nbdkit-offset-filter)");
       return -1;
-    }
-  if (image_range_given)
-    {
-      /* A byte range of a raw file is nbdkit's offset filter's job. */
-      if (format_choice != FORMAT_QCOW2)
-        {
-          nbdkit_error ("image-offset and image-length need format=qcow2 "
-                        "(for a byte range of a raw file use "
-                        "nbdkit-offset-filter)");
-          return -1;
-        }
-      if (create_mode != CREATE_NO)
-        {
-          nbdkit_error ("image-offset and image-length cannot be used with "
-                        "create=%s",
-                        create_mode == CREATE_FORCE ? "force" : "true");
-          return -1;
-        }
     }
   if (create_mode != CREATE_NO)
     {
-      /* Only an explicit format=qcow2 makes a qcow2 image. */
-      if (format_choice == FORMAT_QCOW2)
-        {
-          if (create_size < 0)
-            {
-              nbdkit_error ("create=%s needs size=SIZE",
-                            create_mode == CREATE_FORCE ? "force" : "true");
-              return -1;
-            }
-          /* qemu keeps a qcow2 virtual size in 512-byte sectors and
-           * drops a partial last one when it opens the image; qemu-img
-           * create rounds the size up, so do the same (bytes a client
-           * writes at the end would otherwise vanish under qemu).
-           */
-          if (create_size % 512)
-            {
-              if (create_size > INT64_MAX - 511)
-                {
-                  nbdkit_error ("size=%" PRIi64 " is too large", create_size);
-                  return -1;
-                }
-              nbdkit_debug ("create: size %" PRIi64 " rounded up to %" PRIi64
-                            " (a multiple of 512, as qemu-img create does)",
-                            create_size, ROUND_UP (create_size, 512));
-              create_size = ROUND_UP (create_size, 512);
-            }
-          if (qcow2_format.create (filename, create_size,
-                                   create_mode == CREATE_FORCE)
-              == -1)
-            return -1;
-        }
-      else if (create_file () == -1)
-        return -1;
-    }
-  else if (create_size >= 0)
-    {
-      nbdkit_error ("size=SIZE is only used with create=true");
+      nbdkit_error ("image-offset and image-length cannot be used with "
+                    "create=%s",
+                    create_mode == CREATE_FORCE ? "force" : "true");
       return -1;
     }
+  return 0;
+}
+
+/* create=true|force: the image, made before anything opens it.  Only
+ * an explicit format=qcow2 makes a qcow2 image.
+ */
+static int
+create_image (void)
+{
+  if (format_choice != FORMAT_QCOW2)
+    return create_file ();
+  if (create_size < 0)
+    {
+      nbdkit_error ("create=%s needs size=SIZE",
+                    create_mode == CREATE_FORCE ? "force" : "true");
+      return -1;
+    }
+  /* qemu keeps a qcow2 virtual size in 512-byte sectors and drops a
+   * partial last one when it opens the image; qemu-img create rounds
+   * the size up, so do the same (bytes a client writes at the end would
+   * otherwise vanish under qemu).
+   */
+  if (create_size % 512)
+    {
+      if (create_size > INT64_MAX - 511)
+        {
+          nbdkit_error ("size=%" PRIi64 " is too large", create_size);
+          return -1;
+        }
+      nbdkit_debug ("create: size %" PRIi64 " rounded up to %" PRIi64
+                    " (a multiple of 512, as qemu-img create does)",
+                    create_size, ROUND_UP (create_size, 512));
+      create_size = ROUND_UP (create_size, 512);
+    }
+  return qcow2_format.create (filename, create_size,
+                              create_mode == CREATE_FORCE);
+}
+
+/* file= must now exist and be a regular file or a block device. */
+static int
+check_file_type (void)
+{
+  struct stat st;
+
   if (stat (filename, &st) == -1)
     {
       nbdkit_error ("%s: %m", filename);
@@ -355,6 +370,31 @@ image_config_complete (void)
       nbdkit_error ("%s: not a regular file or block device", filename);
       return -1;
     }
+  return 0;
+}
+
+static int
+image_config_complete (void)
+{
+  if (filename == NULL)
+    {
+      nbdkit_error ("you must supply the file=PATH parameter");
+      return -1;
+    }
+  if (check_range_params () == -1)
+    return -1;
+  if (create_mode != CREATE_NO)
+    {
+      if (create_image () == -1)
+        return -1;
+    }
+  else if (create_size >= 0)
+    {
+      nbdkit_error ("size=SIZE is only used with create=true");
+      return -1;
+    }
+  if (check_file_type () == -1)
+    return -1;
   if (format_choice == FORMAT_AUTO)
     {
       if (sniff_format (&format_choice) == -1)
@@ -369,7 +409,8 @@ image_config_complete (void)
   format = format_choice == FORMAT_QCOW2 ? &qcow2_format : &raw_format;
   assert_format_complete (format);
   options.file = filename;
-  if (format->config_complete && format->config_complete () == -1)
+  options.create = create_mode != CREATE_NO;
+  if (format->config_complete && format->config_complete (&options) == -1)
     return -1;
   return 0;
 }
@@ -526,7 +567,7 @@ sector0_change (enum sector0_change what, const void *buf, uint32_t count,
 {
   int r;
 
-  pthread_mutex_lock (&sector0_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&sector0_lock);
   r = check_sector0 (what, buf, count, offset);
   if (r == 0)
     {
@@ -537,7 +578,6 @@ sector0_change (enum sector0_change what, const void *buf, uint32_t count,
       else
         r = format->trim (format_state, count, offset, flags);
     }
-  pthread_mutex_unlock (&sector0_lock);
   return r;
 }
 
@@ -579,33 +619,35 @@ image_extents (void *handle, uint32_t count, uint64_t offset, uint32_t flags,
   return format->extents (format_state, count, offset, flags, extents);
 }
 
+int
+image_add_extents (void *state, image_status_fn status, uint32_t count,
+                   uint64_t offset, uint32_t flags,
+                   struct nbdkit_extents *extents)
+{
+  const uint64_t end = offset + count;
+
+  while (offset < end)
+    {
+      uint64_t len;
+      uint32_t type;
+
+      if (status (state, offset, end - offset, &len, &type) == -1
+          || nbdkit_add_extent (extents, offset, len, type) == -1)
+        return -1;
+      offset += len;
+      if (flags & NBDKIT_FLAG_REQ_ONE)
+        break;
+    }
+  return 0;
+}
+
 static int
 image_cache (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   return format->cache (format_state, count, offset, flags);
 }
 
-#define image_config_help                                                      \
-  "file=<PATH>                (required) Image file or block device.\n"        \
-  "format=auto|raw|qcow2      Image format (default auto: sniffed).\n"         \
-  "cache=writeback|none       Host page cache use (none = O_DIRECT).\n"        \
-  "readonly=true              Never open the image for writing.\n"             \
-  "create=true|force size=SIZE Create the image first (a sparse raw file,\n"   \
-  "                           or with format=qcow2 an empty qcow2 v3).\n"      \
-  "image-offset=OFFSET        qcow2: the image starts at OFFSET in the "       \
-  "file.\n"                                                                    \
-  "image-length=LENGTH        qcow2: and is LENGTH bytes long (default: to\n"  \
-  "                           the end of the file).\n"                         \
-  "backing=refuse|none|follow qcow2: what to do with a backing file.\n"        \
-  "backing-dir=DIR            qcow2: backing/data files must be inside.\n"     \
-  "backing-max-depth=N        qcow2: longest backing chain (default 16).\n"    \
-  "l2-cache-size=SIZE         qcow2: bytes of L2 cache (default <= 32M).\n"    \
-  "snapshot=NAME|ID           qcow2: serve this internal snapshot.\n"          \
-  "layout=auto|linear|compact qcow2: where new clusters go (default auto).\n"  \
-  "repair=leaks               qcow2: give leaked clusters back at the open.\n" \
-  "cluster-size=SIZE          qcow2 create: 512 to 2M (default 64K).\n"        \
-  "extended-l2=on|off         qcow2 create: subcluster allocation.\n"          \
-  "preallocation=off|metadata qcow2 create: allocate every cluster."
+#define image_config_help IMAGE_PARAMS (PARAM_HELP_LINE)
 
 static struct nbdkit_plugin plugin = {
   .name = "image",

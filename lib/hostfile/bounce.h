@@ -1,5 +1,5 @@
-/* nbdstack image plugin: aligned bounce buffers for O_DIRECT, shared by
- * every thread.
+/* nbdstack host-file layer: aligned bounce buffers for O_DIRECT, shared
+ * by every thread and every open file.
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * nbdkit hands requests over in its own buffers (16-byte aligned), so
@@ -32,7 +32,9 @@ extern void *bounce_get (void);
  * next request, or freed if the pool already keeps BOUNCE_KEEP.
  */
 extern void bounce_put (void *p);
-/* At unload: free the idle buffers and say how many were made. */
-extern void bounce_pool_free (void);
+/* At unload: free the idle buffers; *made: how many were ever made,
+ * *freed: how many a put freed because the pool was full.
+ */
+extern void bounce_pool_free (unsigned *made, unsigned *freed);
 
 #endif /* NBDSTACK_IMAGE_BOUNCE_H */

@@ -1,4 +1,4 @@
-/* nbdstack image plugin: the shared pool of O_DIRECT bounce buffers.
+/* nbdstack host-file layer: the shared pool of O_DIRECT bounce buffers.
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * Invariant: each idle buffer is in exactly one slot, and a buffer in
@@ -15,9 +15,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-#define NBDKIT_API_VERSION 2
-#include <nbdkit-plugin.h>
 
 #include "bounce.h"
 
@@ -81,14 +78,10 @@ bounce_put (void *p)
 }
 
 void
-bounce_pool_free (void)
+bounce_pool_free (unsigned *made_r, unsigned *freed_r)
 {
-  unsigned n = atomic_load (&made);
-
   for (unsigned i = 0; i < BOUNCE_KEEP; ++i)
     free (atomic_exchange (&slots[i].p, NULL));
-  if (n > 0)
-    nbdkit_debug ("bounce pool: %u buffer(s) of %u bytes made, %u freed "
-                  "when the pool was full",
-                  n, (unsigned)BOUNCE_SIZE, atomic_load (&freed));
+  *made_r = atomic_load (&made);
+  *freed_r = atomic_load (&freed);
 }
