@@ -16,16 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "image-magic.h"
 #include "qcow2-internal.h"
 
-#define QCOW2_MAGIC 0x514649fbU /* "QFI\xfb" */
 #define V2_HEADER_BYTES 72
 #define V3_HEADER_BYTES 104
 
 bool
 qcow2_probe (const void *buf, size_t len)
 {
-  return len >= QCOW2_PROBE_BYTES && get_be32 (buf) == QCOW2_MAGIC;
+  return len >= QCOW2_PROBE_BYTES && image_has_qcow2_magic (buf, len);
 }
 
 char *

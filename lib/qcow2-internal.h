@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "byte-order.h"
 #include "qcow2.h"
 
 #define MIN_CLUSTER_BITS 9
@@ -630,53 +631,6 @@ static inline uint64_t
 l1_entries_needed (const struct qcow2_image *img, uint64_t size)
 {
   return size == 0 ? 0 : ((size - 1) >> (img->cluster_bits + img->l2_bits)) + 1;
-}
-
-/* Big-endian access to on-disk structures. */
-static inline uint16_t
-get_be16 (const void *p)
-{
-  const unsigned char *b = p;
-  return (uint16_t)(b[0] << 8 | b[1]);
-}
-
-static inline uint32_t
-get_be32 (const void *p)
-{
-  const unsigned char *b = p;
-  return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8
-         | b[3];
-}
-
-static inline uint64_t
-get_be64 (const void *p)
-{
-  return (uint64_t)get_be32 (p) << 32 | get_be32 ((const char *)p + 4);
-}
-
-static inline void
-put_be16 (void *p, uint16_t v)
-{
-  unsigned char *b = p;
-  b[0] = v >> 8;
-  b[1] = v;
-}
-
-static inline void
-put_be32 (void *p, uint32_t v)
-{
-  unsigned char *b = p;
-  b[0] = v >> 24;
-  b[1] = v >> 16;
-  b[2] = v >> 8;
-  b[3] = v;
-}
-
-static inline void
-put_be64 (void *p, uint64_t v)
-{
-  put_be32 (p, v >> 32);
-  put_be32 ((char *)p + 4, (uint32_t)v);
 }
 
 /* Does [off, off+len) intersect [start, start+size)?  No overflow: all

@@ -3,6 +3,7 @@
 COMMON_TESTS = \
 	test-common-align \
 	test-common-array-size \
+	test-common-byte-order \
 	test-common-cleanup \
 	test-common-image-magic \
 	test-common-is-zero \
@@ -17,6 +18,7 @@ check_PROGRAMS += $(COMMON_TESTS)
 
 test_common_align_SOURCES = test-common-align.c
 test_common_array_size_SOURCES = test-common-array-size.c
+test_common_byte_order_SOURCES = test-common-byte-order.c
 test_common_cleanup_SOURCES = test-common-cleanup.c
 test_common_image_magic_SOURCES = test-common-image-magic.c
 test_common_is_zero_SOURCES = test-common-is-zero.c
