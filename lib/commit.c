@@ -76,13 +76,6 @@ qcow2_free_after_commit (struct qcow2_image *img, uint64_t cluster,
   return 0;
 }
 
-static int
-io_fail (struct qcow2_error *err, int r, const char *what)
-{
-  qcow2_set_error (err, -r, "%s: %s", what, strerror (-r));
-  return -1;
-}
-
 /* Copy the dirty L1 sectors, big-endian, into the commit's buffer. */
 static int
 cut_l1 (struct qcow2_image *img, struct qcow2_error *err)
@@ -140,10 +133,10 @@ cut (struct qcow2_image *img, struct qcow2_error *err)
     return -1;
   r = l2_cache_write_dirty (img->l2, true);
   if (r < 0)
-    return io_fail (err, r, "writing new L2 tables");
+    return qcow2_io_error (err, r, "writing new L2 tables");
   r = l2_cache_cut (img->l2, &c->l2, &c->nl2, &c->l2_cap);
   if (r < 0)
-    return io_fail (err, r, "copying L2 tables");
+    return qcow2_io_error (err, r, "copying L2 tables");
   if (cut_l1 (img, err) == -1)
     return -1;
   /* The frees of this epoch go with it; the next starts empty. */
@@ -168,13 +161,13 @@ write_out (struct qcow2_image *img, struct qcow2_error *err)
 
   r = img->io->flush (img->io);
   if (r < 0)
-    return io_fail (err, r, "flush");
+    return qcow2_io_error (err, r, "flush");
   for (i = 0; i < c->nl2; ++i)
     {
       r = qcow2_hostio_pwrite (img->io, c->l2[i].table, img->cluster_size,
                                c->l2[i].offset);
       if (r < 0)
-        return io_fail (err, r, "writing an L2 table");
+        return qcow2_io_error (err, r, "writing an L2 table");
     }
   for (i = 0; i < c->nl1; ++i)
     {
@@ -185,13 +178,13 @@ write_out (struct qcow2_image *img, struct qcow2_error *err)
       r = qcow2_hostio_pwrite (img->io, c->l1_buf + i * L1_SECTOR_ENTRIES,
                                n * 8, img->l1_offset + first * 8);
       if (r < 0)
-        return io_fail (err, r, "writing the L1 table");
+        return qcow2_io_error (err, r, "writing the L1 table");
     }
   if (c->nl2 > 0 || c->nl1 > 0)
     {
       r = img->io->flush (img->io);
       if (r < 0)
-        return io_fail (err, r, "flush");
+        return qcow2_io_error (err, r, "flush");
     }
   return 0;
 }
@@ -392,8 +385,7 @@ run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
   if (img_failed (img))
     {
       pthread_rwlock_unlock (&img->lock);
-      qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
-      return -1;
+      return qcow2_failed_error (err, true);
     }
   pthread_mutex_lock (&img->commit_lock);
   *my_cut = ++img->cut_seq;
@@ -426,7 +418,7 @@ int
 qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
 {
   struct qcow2_error ignored = { 0 };
-  uint64_t target, my_cut;
+  uint64_t target, my_cut = 0;
   int r = 0;
 
   if (err == NULL)

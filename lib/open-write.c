@@ -213,7 +213,7 @@ qcow2_close_writable (struct qcow2_image *img, struct qcow2_error *err)
       return 0;
     }
   if (img_failed (img))
-    qcow2_set_error (err, EIO, "the image failed earlier");
+    qcow2_failed_error (err, false);
   else if (qcow2_commit (img, err) == 0 && qcow2_rc_write_dirty (img, err) == 0)
     {
       r = img->io->flush (img->io);

@@ -614,6 +614,25 @@ extern int qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
 #define BITMAP_ALL_ALLOC 0xffffffffULL
 #define BITMAP_ALL_ZERO 0xffffffff00000000ULL
 
+/* ---- errors (errors.c) ---- */
+/* "WHAT: strerror(-r)", errno -r; returns -1. */
+extern int qcow2_io_error (struct qcow2_error *err, int r, const char *what);
+/* "WHAT at OFF: strerror(-r)", errno -r; returns -1. */
+extern int qcow2_io_error_at (struct qcow2_error *err, int r, const char *what,
+                              uint64_t off);
+/* EIO "the image failed earlier" (and "is read-only" if 'changing'). */
+extern int qcow2_failed_error (struct qcow2_error *err, bool changing);
+
+/* Write 'len' bytes at 'off' and flush: 0 or a negative errno. */
+static inline int
+qcow2_write_sync (struct qcow2_hostio *io, const void *buf, size_t len,
+                  uint64_t off)
+{
+  int r = qcow2_hostio_pwrite (io, buf, len, off);
+
+  return r < 0 ? r : io->flush (io);
+}
+
 static inline bool
 img_failed (struct qcow2_image *img)
 {

@@ -9,8 +9,6 @@
 #include <config.h>
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,19 +18,6 @@
 #define DEFAULT_L2_CACHE_BYTES (32 * 1024 * 1024)
 
 static uint64_t next_uid;
-
-void
-qcow2_set_error (struct qcow2_error *err, int errnum, const char *fs, ...)
-{
-  va_list args;
-
-  if (err == NULL)
-    return;
-  err->errnum = errnum;
-  va_start (args, fs);
-  vsnprintf (err->msg, sizeof err->msg, fs, args);
-  va_end (args);
-}
 
 struct qcow2_image *
 qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,

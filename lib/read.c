@@ -378,13 +378,6 @@ qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
  * failed write-back, a table in the cache may be newer than the disk
  * and be evicted, so what a read would find is not known.
  */
-static int
-read_failed (struct qcow2_error *err)
-{
-  qcow2_set_error (err, EIO, "the image failed earlier");
-  return -1;
-}
-
 int
 qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
              struct qcow2_error *err)
@@ -395,7 +388,7 @@ qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
   if (!img->writable)
     return qcow2_pread_unlocked (img, buf, count, offset, err);
   if (img_failed (img))
-    return read_failed (err);
+    return qcow2_failed_error (err, false);
   qcow2_req_begin (img, &req);
   r = qcow2_pread_unlocked (img, buf, count, offset, err);
   qcow2_req_end (img, &req);
@@ -403,7 +396,7 @@ qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
    * longer matches the disk.
    */
   if (r == 0 && img_failed (img))
-    r = read_failed (err);
+    r = qcow2_failed_error (err, false);
   return r;
 }
 
@@ -421,12 +414,12 @@ qcow2_block_status (struct qcow2_image *img, uint64_t offset, uint64_t max,
   if (!img->writable)
     return block_status_unlocked (img, offset, max, len, flags, err);
   if (img_failed (img))
-    return read_failed (err);
+    return qcow2_failed_error (err, false);
   qcow2_req_begin (img, &req);
   r = block_status_unlocked (img, offset, max, len, flags, err);
   qcow2_req_end (img, &req);
   if (r == 0 && img_failed (img))
-    r = read_failed (err);
+    r = qcow2_failed_error (err, false);
   return r;
 }
 

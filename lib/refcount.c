@@ -113,13 +113,6 @@ qcow2_rc_entry_set (void *block, unsigned order, uint64_t i, uint64_t v)
     }
 }
 
-static int
-io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
-{
-  qcow2_set_error (err, -r, "%s at %#" PRIx64 ": %s", what, off, strerror (-r));
-  return -1;
-}
-
 /* Is a refcount block at 'off' acceptable?  Checked when the table is
  * loaded, so later code can trust the table.
  */
@@ -196,7 +189,7 @@ qcow2_rc_open (struct qcow2_image *img, unsigned cache_blocks,
   r = img->io->pread (img->io, rc->table, img->reftable_bytes,
                       img->reftable_offset);
   if (r < 0)
-    return io_error (err, r, "reading the refcount table",
+    return qcow2_io_error_at (err, r, "reading the refcount table",
                      img->reftable_offset);
   for (i = 0; i < rc->entries; ++i)
     {
@@ -246,7 +239,7 @@ write_slot (struct qcow2_image *img, struct rc_slot *s, struct qcow2_error *err)
   int r = qcow2_hostio_pwrite (img->io, s->data, img->cluster_size, s->offset);
 
   if (r < 0)
-    return io_error (err, r, "writing a refcount block", s->offset);
+    return qcow2_io_error_at (err, r, "writing a refcount block", s->offset);
   s->dirty = false;
   return 0;
 }
@@ -319,7 +312,7 @@ get_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
   r = img->io->pread (img->io, victim->data, img->cluster_size, rc->table[idx]);
   if (r < 0)
     {
-      io_error (err, r, "reading a refcount block", rc->table[idx]);
+      qcow2_io_error_at (err, r, "reading a refcount block", rc->table[idx]);
       return NULL;
     }
   victim->index = idx;
@@ -356,11 +349,9 @@ static int
 write_sync (struct qcow2_image *img, const void *buf, size_t len, uint64_t off,
             const char *what, struct qcow2_error *err)
 {
-  int r = qcow2_hostio_pwrite (img->io, buf, len, off);
+  int r = qcow2_write_sync (img->io, buf, len, off);
 
-  if (r == 0)
-    r = img->io->flush (img->io);
-  return r < 0 ? io_error (err, r, what, off) : 0;
+  return r < 0 ? qcow2_io_error_at (err, r, what, off) : 0;
 }
 
 static void
@@ -560,7 +551,7 @@ grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
           r = qcow2_hostio_pwrite (img->io, buf, cs, table[i]);
           if (r < 0)
             {
-              io_error (err, r, "writing a refcount block", table[i]);
+              qcow2_io_error_at (err, r, "writing a refcount block", table[i]);
               goto out;
             }
         }
@@ -580,7 +571,7 @@ grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
     int r = img->io->flush (img->io);
     if (r < 0)
       {
-        io_error (err, r, "flushing new refcount blocks", p * cs);
+        qcow2_io_error_at (err, r, "flushing new refcount blocks", p * cs);
         goto out;
       }
   }
@@ -775,14 +766,14 @@ qcow2_rc_install_blocks (struct qcow2_image *img, const uint64_t *idx,
       r = qcow2_hostio_pwrite (img->io, img->zero_buf, img->cluster_size,
                                at[i] << img->cluster_bits);
       if (r < 0)
-        return io_error (err, r, "writing a refcount block",
+        return qcow2_io_error_at (err, r, "writing a refcount block",
                          at[i] << img->cluster_bits);
     }
   if (qcow2_rc_write_dirty (img, err) == -1)
     return -1;
   r = img->io->flush (img->io);
   if (r < 0)
-    return io_error (err, r, "flushing new refcount blocks", 0);
+    return qcow2_io_error_at (err, r, "flushing new refcount blocks", 0);
 
   /* 2. The table entries, then a flush. */
   for (i = 0; i < n; ++i)
@@ -791,12 +782,12 @@ qcow2_rc_install_blocks (struct qcow2_image *img, const uint64_t *idx,
       r = qcow2_hostio_pwrite (img->io, entry, 8,
                                img->reftable_offset + idx[i] * 8);
       if (r < 0)
-        return io_error (err, r, "writing the refcount table",
+        return qcow2_io_error_at (err, r, "writing the refcount table",
                          img->reftable_offset + idx[i] * 8);
       rc->table[idx[i]] = at[i] << img->cluster_bits;
       if (qcow2_meta_add (img, QCOW2_META_REFBLOCK, at[i], err) == -1)
         return -1;
     }
   r = img->io->flush (img->io);
-  return r < 0 ? io_error (err, r, "flushing the refcount table", 0) : 0;
+  return r < 0 ? qcow2_io_error_at (err, r, "flushing the refcount table", 0) : 0;
 }

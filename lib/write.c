@@ -35,13 +35,6 @@
 
 #include "qcow2-internal.h"
 
-static int
-failed_image (struct qcow2_image *img, struct qcow2_error *err)
-{
-  qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
-  return -1;
-}
-
 #define RETRY QCOW2_RETRY
 
 /* A slot for the table at 'offset': 0, RETRY or -1. */
@@ -189,13 +182,6 @@ qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
   return 0;
 }
 
-static int
-io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
-{
-  qcow2_set_error (err, -r, "%s at %#" PRIx64 ": %s", what, off, strerror (-r));
-  return -1;
-}
-
 /* One guest cluster of a run being written: where its bytes go on the
  * host, and what to link once they are there.
  */
@@ -258,7 +244,7 @@ prepare_slot (struct qcow2_image *img, uint64_t off, uint64_t n,
   int r;
 
   if (img_failed (img))
-    return failed_image (img, err);
+    return qcow2_failed_error (err, true);
   r = qcow2_get_l2_for_write (img, l1_idx, &s->ref, err);
   if (r != 0)
     return r;
@@ -439,7 +425,7 @@ write_run (struct qcow2_image *img, const char *data, struct wslot *run,
     iov[niov++] = (struct iovec){ last->fill + tail, cs - tail };
   r = img->io->pwritev (img->io, iov, niov, start);
   if (r < 0)
-    return io_error (err, r, "writing data", start);
+    return qcow2_io_error_at (err, r, "writing data", start);
   return 0;
 }
 
@@ -599,7 +585,7 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
   if (qcow2_check_change (img, count, offset, "write", err) == -1)
     return -1;
   if (img_failed (img))
-    return failed_image (img, err);
+    return qcow2_failed_error (err, true);
   if (count == 0)
     return 0;
   qcow2_claim_range (img, &claim, offset, count);

@@ -294,13 +294,6 @@ split_range (const struct qcow2_image *img, unsigned bits, uint64_t lo,
   *b = wb;
 }
 
-static int
-failed_image (struct qcow2_image *img, struct qcow2_error *err)
-{
-  qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
-  return -1;
-}
-
 /* Commit with the lock dropped (every cache slot is dirty), then take
  * it again: 0 or -1.
  */
@@ -313,7 +306,7 @@ commit_relock (struct qcow2_image *img, struct qcow2_error *err)
   r = qcow2_commit (img, err);
   pthread_rwlock_wrlock (&img->lock);
   if (r == 0 && img_failed (img))
-    r = failed_image (img, err);
+    r = qcow2_failed_error (err, true);
   return r;
 }
 
@@ -333,7 +326,7 @@ zero_entries (struct qcow2_image *img, struct qcow2_req *req,
 
   pthread_rwlock_wrlock (&img->lock);
   if (img_failed (img))
-    r = failed_image (img, err);
+    r = qcow2_failed_error (err, true);
   while (r == 0 && (i < 2 || gc < last))
     {
       if (i < 2)
@@ -403,7 +396,7 @@ do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
   if (qcow2_check_change (img, count, offset, "zero", err) == -1)
     return -1;
   if (img_failed (img))
-    return failed_image (img, err);
+    return qcow2_failed_error (err, true);
   if (count == 0)
     return 0;
   split_range (img, img->cluster_bits, offset, end, edge, &a, &b);
