@@ -189,191 +189,6 @@ write_out (struct qcow2_image *img, struct qcow2_error *err)
   return 0;
 }
 
-/* ---- claims on guest clusters ---- */
-
-static bool
-claimed (const struct qcow2_image *img, uint64_t first, uint64_t last)
-{
-  const struct qcow2_claim *c;
-
-  for (c = img->claims; c; c = c->next)
-    if (c->first <= last && first <= c->last)
-      return true;
-  return false;
-}
-
-void
-qcow2_claim_range (struct qcow2_image *img, struct qcow2_claim *claim,
-                   uint64_t offset, uint64_t count)
-{
-  claim->first = offset >> img->cluster_bits;
-  claim->last = (offset + (count ? count : 1) - 1) >> img->cluster_bits;
-  pthread_mutex_lock (&img->claim_lock);
-  while (claimed (img, claim->first, claim->last))
-    pthread_cond_wait (&img->claim_released, &img->claim_lock);
-  claim->next = img->claims;
-  img->claims = claim;
-  pthread_mutex_unlock (&img->claim_lock);
-}
-
-void
-qcow2_unclaim (struct qcow2_image *img, struct qcow2_claim *claim)
-{
-  struct qcow2_claim **p;
-
-  pthread_mutex_lock (&img->claim_lock);
-  for (p = &img->claims; *p != claim; p = &(*p)->next)
-    ;
-  *p = claim->next;
-  pthread_cond_broadcast (&img->claim_released);
-  pthread_mutex_unlock (&img->claim_lock);
-}
-
-/* ---- the reuse barrier ---- */
-
-bool qcow2_test_no_reuse_barrier;
-
-void
-qcow2_req_begin (struct qcow2_image *img, struct qcow2_req *req)
-{
-  pthread_mutex_lock (&img->epoch_lock);
-  req->epoch = img->epoch;
-  req->next = NULL;
-  req->prev = img->req_tail;
-  if (img->req_tail)
-    img->req_tail->next = req;
-  else
-    img->req_head = req;
-  img->req_tail = req;
-  pthread_mutex_unlock (&img->epoch_lock);
-}
-
-/* Under epoch_lock: frees of commits up to this epoch may be applied. */
-static uint64_t
-barrier_epoch (const struct qcow2_image *img)
-{
-  if (qcow2_test_no_reuse_barrier || img->req_head == NULL)
-    return UINT64_MAX;
-  return img->req_head->epoch;
-}
-
-void
-qcow2_req_end (struct qcow2_image *img, struct qcow2_req *req)
-{
-  bool ready;
-
-  pthread_mutex_lock (&img->epoch_lock);
-  if (req->prev)
-    req->prev->next = req->next;
-  else
-    img->req_head = req->next;
-  if (req->next)
-    req->next->prev = req->prev;
-  else
-    img->req_tail = req->prev;
-  ready = img->deferred_first_epoch <= barrier_epoch (img);
-  if (img->barrier_waiters > 0)
-    pthread_cond_broadcast (&img->barrier_moved);
-  pthread_mutex_unlock (&img->epoch_lock);
-  if (ready)
-    {
-      struct qcow2_error ignored;
-
-      pthread_rwlock_wrlock (&img->lock);
-      if (!img_failed (img) && qcow2_apply_deferred (img, &ignored) == -1)
-        img_set_failed (img);
-      pthread_rwlock_unlock (&img->lock);
-    }
-}
-
-/* Under the lock again: removed references are durably gone; hold
- * them back until the requests that started before cut 'epoch' ended.
- */
-static int
-defer_frees (struct qcow2_image *img, uint64_t epoch, struct qcow2_error *err)
-{
-  struct qcow2_commit *c = &img->commit;
-  size_t i;
-
-  if (c->nfrees == 0)
-    return 0;
-  if (img->ndeferred + c->nfrees > img->deferred_cap)
-    {
-      size_t cap = img->deferred_cap ? img->deferred_cap : 64;
-      struct qcow2_deferred *p;
-
-      while (cap < img->ndeferred + c->nfrees)
-        cap *= 2;
-      p = realloc (img->deferred, cap * sizeof *p);
-      if (p == NULL)
-        {
-          qcow2_set_error (err, ENOMEM, "out of memory");
-          return -1;
-        }
-      img->deferred = p;
-      img->deferred_cap = cap;
-    }
-  for (i = 0; i < c->nfrees; ++i)
-    img->deferred[img->ndeferred++]
-        = (struct qcow2_deferred){ c->frees[i], epoch };
-  c->nfrees = 0;
-  pthread_mutex_lock (&img->epoch_lock);
-  img->deferred_first_epoch = img->deferred[0].epoch;
-  pthread_mutex_unlock (&img->epoch_lock);
-  return 0;
-}
-
-int
-qcow2_apply_deferred (struct qcow2_image *img, struct qcow2_error *err)
-{
-  uint64_t limit;
-  size_t i, n;
-
-  pthread_mutex_lock (&img->epoch_lock);
-  limit = barrier_epoch (img);
-  pthread_mutex_unlock (&img->epoch_lock);
-  /* Requests registering from now on have an epoch at least the
-   * current one, above every deferred free's: they cannot lower the
-   * limit for what is applied here.
-   */
-  for (n = 0; n < img->ndeferred && img->deferred[n].epoch <= limit; ++n)
-    ;
-  for (i = 0; i < n; ++i)
-    {
-      uint64_t cl = img->deferred[i].cluster, v;
-
-      /* Its linear home was taken back by its guest cluster. */
-      if (qcow2_alloc_skip_drop (img, cl))
-        continue;
-      if (qcow2_rc_update (img, cl, -1, err) == -1
-          || qcow2_rc_get (img, cl, &v, err) == -1)
-        return -1;
-      if (v == 0)
-        {
-          /* A metadata cluster is never reusable, whatever its count. */
-          if (qcow2_meta_check (img, cl << img->cluster_bits, img->cluster_size,
-                                "free", err)
-              == -1)
-            return -1;
-          /* Give the space back to the file system; a hint only. */
-          if (img->io->zero)
-            img->io->zero (img->io, cl << img->cluster_bits, img->cluster_size,
-                           true);
-          qcow2_alloc_reuse (img, cl);
-        }
-    }
-  if (n == 0)
-    return 0;
-  memmove (img->deferred, img->deferred + n,
-           (img->ndeferred - n) * sizeof *img->deferred);
-  img->ndeferred -= n;
-  pthread_mutex_lock (&img->epoch_lock);
-  img->deferred_first_epoch
-      = img->ndeferred ? img->deferred[0].epoch : UINT64_MAX;
-  pthread_mutex_unlock (&img->epoch_lock);
-  return 0;
-}
-
 /* One commit, by the thread that set img->committing. */
 static int
 run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
@@ -393,9 +208,7 @@ run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
   /* Requests registered from here on see the entries as of this cut:
    * none of them can reach a cluster this commit frees.
    */
-  pthread_mutex_lock (&img->epoch_lock);
-  epoch = ++img->epoch;
-  pthread_mutex_unlock (&img->epoch_lock);
+  epoch = qcow2_next_epoch (img);
   r = cut (img, err);
   pthread_rwlock_unlock (&img->lock);
 
@@ -405,7 +218,10 @@ run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
   pthread_rwlock_wrlock (&img->lock);
   l2_cache_unpin_all (img->l2);
   if (r == 0)
-    r = defer_frees (img, epoch, err);
+    r = qcow2_defer_frees (img, epoch, img->commit.frees, img->commit.nfrees,
+                           err);
+  if (r == 0)
+    img->commit.nfrees = 0;
   if (r == 0)
     r = qcow2_apply_deferred (img, err);
   if (r == -1)
@@ -457,63 +273,6 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
   return r;
 }
 
-int
-qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
-               struct qcow2_error *err)
-{
-  uint64_t target;
-  int r;
-
-  if (qcow2_commit (img, err) == -1)
-    return -1;
-  /* This request holds no entry from before the commit: re-register it
-   * as if it started now, at the end of the list (in start order), so
-   * that it does not hold back the frees it waits for.
-   */
-  pthread_mutex_lock (&img->epoch_lock);
-  target = img->epoch;
-  if (req->next)
-    {
-      if (req->prev)
-        req->prev->next = req->next;
-      else
-        img->req_head = req->next;
-      req->next->prev = req->prev;
-      req->prev = img->req_tail;
-      req->next = NULL;
-      img->req_tail->next = req;
-      img->req_tail = req;
-    }
-  req->epoch = target;
-  /* Moving this request may be what another waiter waits for. */
-  if (img->barrier_waiters > 0)
-    pthread_cond_broadcast (&img->barrier_moved);
-  /* Wait for the requests that started before the commit.  No
-   * deadlock: the oldest of the waiters re-registered after its own
-   * commit, so nothing waits for it, and requests that do not wait
-   * end.
-   */
-  img->barrier_waiters++;
-  while (barrier_epoch (img) < target && !img_failed (img))
-    pthread_cond_wait (&img->barrier_moved, &img->epoch_lock);
-  img->barrier_waiters--;
-  pthread_mutex_unlock (&img->epoch_lock);
-
-  pthread_rwlock_wrlock (&img->lock);
-  r = img_failed (img) ? 0 : qcow2_apply_deferred (img, err);
-  if (r == -1)
-    img_set_failed (img);
-  /* Nothing came free (the frees only lowered counts: snapshots,
-   * compressed clusters): more really is in use than a fully allocated
-   * image holds.  Let the bump pointer go on for a while before the
-   * next reclaim, so that not every allocation costs a commit.
-   */
-  if (r == 0 && img->nfreed == 0 && img->bump >= img->soft_end)
-    img->soft_end = img->bump + 64 + img->soft_end / 64;
-  pthread_rwlock_unlock (&img->lock);
-  return r;
-}
-
 void
 qcow2_commit_free (struct qcow2_image *img)
 {
@@ -527,7 +286,4 @@ qcow2_commit_free (struct qcow2_image *img)
   free (c->l1_sector);
   free (c->frees);
   memset (c, 0, sizeof *c);
-  free (img->deferred);
-  img->deferred = NULL;
-  img->ndeferred = img->deferred_cap = 0;
 }

@@ -191,6 +191,7 @@ free_write_state (struct qcow2_image *img)
   img->zero_buf = NULL;
   qcow2_scratch_free (img);
   qcow2_commit_free (img);
+  qcow2_inflight_free (img);
   img->l1_dirty = img->pending = NULL;
   img->writable = false;
 }

@@ -557,14 +557,13 @@ extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
 extern int qcow2_apply_deferred (struct qcow2_image *img,
                                  struct qcow2_error *err);
 extern void qcow2_commit_free (struct qcow2_image *img);
-/* WITHOUT the lock, in registered request 'req' that holds no entry it
- * looked up before (between runs of a write): commit, let the reuse
- * barrier pass this request, wait for the requests older than the
- * commit and apply the frees they held back, so that an allocation
- * that found no space can find the clusters freed meanwhile.
- */
-extern int qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
-                          struct qcow2_error *err);
+extern uint64_t qcow2_next_epoch (struct qcow2_image *img);
+extern void qcow2_req_wait_older (struct qcow2_image *img, struct qcow2_req *req);
+extern int qcow2_defer_frees (struct qcow2_image *img, uint64_t epoch,
+                   const uint64_t *frees, size_t n, struct qcow2_error *err);
+extern void qcow2_inflight_free (struct qcow2_image *img);
+extern bool qcow2_alloc_frees_waiting (const struct qcow2_image *img);
+extern void qcow2_alloc_after_reclaim (struct qcow2_image *img);
 
 /* scratch.c */
 extern unsigned char *qcow2_scratch_get (struct qcow2_image *img,

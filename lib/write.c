@@ -33,9 +33,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "qcow2-internal.h"
 
 #define RETRY QCOW2_RETRY
+
+/* WITHOUT the lock, in registered request 'req' that holds no entry it
+ * looked up before (between runs of a write): commit, let the reuse
+ * barrier pass this request, wait for the requests older than the
+ * commit and apply the frees they held back, so that an allocation
+ * that found no space can find the clusters freed meanwhile.
+ */
+static int
+reclaim (struct qcow2_image *img, struct qcow2_req *req,
+         struct qcow2_error *err)
+{
+  int r;
+
+  if (qcow2_commit (img, err) == -1)
+    return -1;
+  qcow2_req_wait_older (img, req);
+
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
+  r = img_failed (img) ? 0 : qcow2_apply_deferred (img, err);
+  if (r == -1)
+    {
+      img_set_failed (img);
+      return -1;
+    }
+  qcow2_alloc_after_reclaim (img);
+  return 0;
+}
 
 /* A slot for the table at 'offset': 0, RETRY or -1. */
 static int
@@ -480,12 +508,11 @@ qcow2_write_claimed (struct qcow2_image *img, struct qcow2_req *req,
           if (r == -1 && err->errnum == ENOSPC && n_run > 0)
             break;
           if (r == -1 && err->errnum == ENOSPC && reclaims < RECLAIM_MAX
-              && (img->npending > 0 || img->commit.nfrees > 0
-                  || img->ndeferred > 0))
+              && qcow2_alloc_frees_waiting (img))
             {
               reclaims++;
               pthread_rwlock_unlock (&img->lock);
-              r = qcow2_reclaim (img, req, err);
+              r = reclaim (img, req, err);
               pthread_rwlock_wrlock (&img->lock);
               if (r == -1)
                 goto fail;

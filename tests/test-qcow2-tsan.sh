@@ -12,7 +12,7 @@ cd "$T"
 
 src=$abs_top_srcdir
 clang -fsanitize=thread -g -O1 -I "$abs_top_builddir" -I "$src/lib" \
-  -I "$src/common" $(ls "$src"/lib/*.c | grep -v fuzz) \
+  -I "$src/common" $(ls "$src"/lib/*.c | grep -v fuzz) "$src/common/cleanup.c" \
   "$src/tests/test-qcow2-write-unit.c" -lz -lzstd -lpthread -o tsan-unit ||
   fail "building the ThreadSanitizer binary"
 
