@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "qcow2-internal.h"
 
 #define L1_SECTOR_ENTRIES 64 /* 512-byte sectors: written atomically */
@@ -189,33 +190,39 @@ write_out (struct qcow2_image *img, struct qcow2_error *err)
   return 0;
 }
 
-/* One commit, by the thread that set img->committing. */
+/* Under the lock: start cut number *my_cut at a new epoch (*epoch), and
+ * take it.  *started is false if the image had failed (nothing taken:
+ * nothing to finish).
+ */
 static int
-run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
+take_cut (struct qcow2_image *img, uint64_t *my_cut, uint64_t *epoch,
+          bool *started, struct qcow2_error *err)
 {
-  uint64_t epoch;
-  int r;
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
 
-  pthread_rwlock_wrlock (&img->lock);
-  if (img_failed (img))
-    {
-      pthread_rwlock_unlock (&img->lock);
-      return qcow2_failed_error (err, true);
-    }
-  pthread_mutex_lock (&img->commit_lock);
-  *my_cut = ++img->cut_seq;
-  pthread_mutex_unlock (&img->commit_lock);
+  *started = !img_failed (img);
+  if (!*started)
+    return qcow2_failed_error (err, true);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&img->commit_lock);
+    *my_cut = ++img->cut_seq;
+  }
   /* Requests registered from here on see the entries as of this cut:
    * none of them can reach a cluster this commit frees.
    */
-  epoch = qcow2_next_epoch (img);
-  r = cut (img, err);
-  pthread_rwlock_unlock (&img->lock);
+  *epoch = qcow2_next_epoch (img);
+  return cut (img, err);
+}
 
-  if (r == 0)
-    r = write_out (img, err);
+/* Under the lock again, after write_out returned 'r': hold back the
+ * frees of cut 'epoch' and apply those whose barrier passed.
+ */
+static int
+finish_cut (struct qcow2_image *img, uint64_t epoch, int r,
+            struct qcow2_error *err)
+{
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
 
-  pthread_rwlock_wrlock (&img->lock);
   l2_cache_unpin_all (img->l2);
   if (r == 0)
     r = qcow2_defer_frees (img, epoch, img->commit.frees, img->commit.nfrees,
@@ -226,8 +233,23 @@ run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
     r = qcow2_apply_deferred (img, err);
   if (r == -1)
     img_set_failed (img);
-  pthread_rwlock_unlock (&img->lock);
   return r;
+}
+
+/* One commit, by the thread that set img->committing. */
+static int
+run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
+{
+  uint64_t epoch = 0;
+  bool started;
+  int r;
+
+  r = take_cut (img, my_cut, &epoch, &started, err);
+  if (!started)
+    return -1;
+  if (r == 0)
+    r = write_out (img, err);
+  return finish_cut (img, epoch, r, err);
 }
 
 int
@@ -239,7 +261,7 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
 
   if (err == NULL)
     err = &ignored;
-  pthread_mutex_lock (&img->commit_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&img->commit_lock);
   /* Everything that completed before this call is covered by any cut
    * taken from now on.
    */
@@ -252,6 +274,9 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
           continue;
         }
       img->committing = true;
+      /* Dropped on purpose while this thread commits: commit_lock is
+       * never held while taking the image lock.
+       */
       pthread_mutex_unlock (&img->commit_lock);
       r = run_commit (img, &my_cut, err);
       pthread_mutex_lock (&img->commit_lock);
@@ -269,7 +294,6 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
                          strerror (img->commit_errno));
       r = -1;
     }
-  pthread_mutex_unlock (&img->commit_lock);
   return r;
 }
 
