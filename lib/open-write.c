@@ -56,6 +56,21 @@ refuse (struct qcow2_image *img, const struct qcow2_open_options *opts,
 
 static void free_write_state (struct qcow2_image *img);
 
+/* An entry of the refcount or L1 table names another table (EIO from
+ * overlap.c): say that this is why the image is not written.  -1.
+ */
+static int
+refuse_metadata (struct qcow2_error *err)
+{
+  if (err && err->errnum == EIO)
+    {
+      char why[sizeof err->msg];
+      memcpy (why, err->msg, sizeof why);
+      qcow2_set_error (err, EIO, "refusing to write this image: %s", why);
+    }
+  return -1;
+}
+
 static int
 open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
                struct qcow2_error *err)
@@ -90,8 +105,9 @@ open_writable (struct qcow2_image *img, const struct qcow2_open_options *opts,
                      err)
       == -1)
     return -1;
-  if (qcow2_meta_load (img, err) == -1)
-    return -1;
+  if (qcow2_rc_record_blocks (img, err) == -1
+      || qcow2_meta_load (img, err) == -1)
+    return refuse_metadata (err);
   img->writable = true;
 
   if (opts->repair_leaks)

@@ -717,6 +717,23 @@ qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
 
 /* ---- The linear layout (adopt.c, ensure_block) ---- */
 
+int
+qcow2_rc_record_blocks (struct qcow2_image *img, struct qcow2_error *err)
+{
+  uint64_t i, n = img->reftable_bytes / 8;
+
+  for (i = 0; i < n; ++i)
+    {
+      uint64_t off = qcow2_rc_block_at (img, i);
+      if (off
+          && qcow2_meta_add (img, QCOW2_META_REFBLOCK, off >> img->cluster_bits,
+                             err)
+                 == -1)
+        return -1;
+    }
+  return 0;
+}
+
 uint64_t
 qcow2_rc_block_at (const struct qcow2_image *img, uint64_t idx)
 {
