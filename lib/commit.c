@@ -297,6 +297,20 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
   return r;
 }
 
+int
+qcow2_commit_relock (struct qcow2_image *img, struct qcow2_error *err)
+{
+  int r;
+
+  /* Dropped on purpose: a commit takes the lock itself. */
+  pthread_rwlock_unlock (&img->lock);
+  r = qcow2_commit (img, err);
+  pthread_rwlock_wrlock (&img->lock);
+  if (r == 0 && img_failed (img))
+    r = qcow2_failed_error (err, true);
+  return r;
+}
+
 void
 qcow2_commit_free (struct qcow2_image *img)
 {

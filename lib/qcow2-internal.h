@@ -616,6 +616,11 @@ extern void qcow2_l1_mark_dirty (struct qcow2_image *img, uint64_t l1_idx);
  * failure the image is failed.  Never waits for requests in flight.
  */
 extern int qcow2_commit (struct qcow2_image *img, struct qcow2_error *err);
+/* Under 'lock' (exclusive, every cache slot dirty): drop it, commit,
+ * take it again; -1 also if the image failed meanwhile.
+ */
+extern int qcow2_commit_relock (struct qcow2_image *img,
+                                struct qcow2_error *err);
 /* Free the commit's buffers (at close). */
 extern void qcow2_commit_free (struct qcow2_image *img);
 

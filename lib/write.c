@@ -350,18 +350,6 @@ reclaim_relock (struct qcow2_image *img, struct qcow2_req *req,
   return r;
 }
 
-/* Under the lock, dropping it on purpose for the call: commit. */
-static int
-commit_relock (struct qcow2_image *img, struct qcow2_error *err)
-{
-  int r;
-
-  pthread_rwlock_unlock (&img->lock);
-  r = qcow2_commit (img, err);
-  pthread_rwlock_wrlock (&img->lock);
-  return r;
-}
-
 /* 1. Under the lock: prepare clusters while they continue run[0]'s
  * host bytes; a prepared one that does not starts the next run.  0 or
  * -1 (the caller drops the slots).
@@ -403,7 +391,7 @@ prepare_run (struct qcow2_image *img, struct wstate *w, struct qcow2_error *err)
           /* Every slot is dirty: let a commit clean them.  Nothing of
            * this cluster has changed yet.
            */
-          if (commit_relock (img, err) == -1)
+          if (qcow2_commit_relock (img, err) == -1)
             return -1;
           continue;
         }

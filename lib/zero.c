@@ -249,22 +249,6 @@ split_range (const struct qcow2_image *img, unsigned bits, uint64_t lo,
   *b = wb;
 }
 
-/* Commit with the lock dropped (every cache slot is dirty), then take
- * it again: 0 or -1.
- */
-static int
-commit_relock (struct qcow2_image *img, struct qcow2_error *err)
-{
-  int r;
-
-  pthread_rwlock_unlock (&img->lock);
-  r = qcow2_commit (img, err);
-  pthread_rwlock_wrlock (&img->lock);
-  if (r == 0 && img_failed (img))
-    r = qcow2_failed_error (err, true);
-  return r;
-}
-
 /* Under the lock, dropping it on purpose for the write: zeroes written
  * over [lo, hi) (up to the disk's end), the fallback.  0 or -1.
  */
@@ -297,7 +281,7 @@ zero_entries (struct qcow2_image *img, struct qcow2_req *req,
   unsigned i = 0;
   int r = 0;
   /* Dropped on purpose around fallback writes and commits (the
-   * *_relock helpers), held again when they return.
+   * relock helpers), held again when they return.
    */
   ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
 
@@ -335,7 +319,7 @@ zero_entries (struct qcow2_image *img, struct qcow2_req *req,
         r = write_zeroes_relock (img, req, lo, hi, err);
       if (r == QCOW2_RETRY)
         {
-          r = commit_relock (img, err);
+          r = qcow2_commit_relock (img, err);
           continue;
         }
       if (i < 2)
