@@ -5,23 +5,31 @@
  * recognises from the first 512 bytes of a file.  A file none of them
  * matches is what qemu probes as raw.  Used to refuse serving another
  * format as raw (nbd/probe.c) and to keep a client from turning a
- * probed raw image into one (plugins/image/image.c).
+ * probed raw image into one (plugins/image/image.c).  The qcow2 magic
+ * is tested here only (image_has_qcow2_magic), for lib/ (qcow2_probe,
+ * the parser, create) and nbd/probe.c alike.
  */
 #ifndef NBDSTACK_COMMON_IMAGE_MAGIC_H
 #define NBDSTACK_COMMON_IMAGE_MAGIC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "byte-order.h"
+
 /* How many leading bytes image_magic looks at (qemu's probe buffer). */
 #define IMAGE_MAGIC_BYTES 512
 
-static inline uint32_t
-image_magic_be32 (const unsigned char *p)
+/* The first 4 bytes of every qcow file (qcow and qcow2): "QFI\xfb". */
+#define QCOW2_MAGIC 0x514649fbU
+
+/* Do H[0, N) start with the qcow magic?  Any version (1 is qcow). */
+static inline bool
+image_has_qcow2_magic (const void *h, size_t n)
 {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8
-         | p[3];
+  return n >= 4 && get_be32 (h) == QCOW2_MAGIC;
 }
 
 /* The format named by H[0, N) (N is at most IMAGE_MAGIC_BYTES bytes of
@@ -32,9 +40,9 @@ image_magic_be32 (const unsigned char *p)
 static inline const char *
 image_magic (const unsigned char *h, size_t n)
 {
-  if (n >= 8 && memcmp (h, "QFI\xfb", 4) == 0)
+  if (n >= 8 && image_has_qcow2_magic (h, n))
     {
-      uint32_t v = image_magic_be32 (h + 4);
+      uint32_t v = get_be32 (h + 4);
       if (v >= 2)
         return "qcow2";
       if (v == 1)

@@ -75,20 +75,14 @@ header_has_room (struct qcow2_image *img, struct qcow2_error *err)
   return 0;
 }
 
+/* A synced write of header bytes. */
 static int
-write_sync (struct qcow2_image *img, const void *buf, size_t len, uint64_t off,
-            struct qcow2_error *err)
+write_header_sync (struct qcow2_image *img, const void *buf, size_t len,
+                   uint64_t off, struct qcow2_error *err)
 {
-  int r = qcow2_hostio_pwrite (img->io, buf, len, off);
+  int r = qcow2_write_sync (img->io, buf, len, off);
 
-  if (r == 0)
-    r = img->io->flush (img->io);
-  if (r < 0)
-    {
-      qcow2_set_error (err, -r, "writing the header: %s", strerror (-r));
-      return -1;
-    }
-  return 0;
+  return r < 0 ? qcow2_io_error (err, r, "writing the header") : 0;
 }
 
 /* Where the data area starts: past everything in use, room for every L2
@@ -165,8 +159,10 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
 
     memcpy (body, ext + 8, 16);
     memset (body + 16, 0, 8);
-    if (write_sync (img, body, sizeof body, img->ext_end_marker + 8, err) == -1
-        || write_sync (img, ext, 8, img->ext_end_marker, err) == -1)
+    if (write_header_sync (img, body, sizeof body, img->ext_end_marker + 8,
+                           err)
+            == -1
+        || write_header_sync (img, ext, 8, img->ext_end_marker, err) == -1)
       return -1;
   }
   img->ext_end_marker += EXT_BYTES;

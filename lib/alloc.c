@@ -266,10 +266,22 @@ try_claim (struct qcow2_image *img, uint64_t c, struct qcow2_error *err)
 /* Are there frees that a commit and the reuse barrier would make
  * reusable?
  */
-static bool
-frees_waiting (const struct qcow2_image *img)
+bool
+qcow2_alloc_frees_waiting (const struct qcow2_image *img)
 {
   return img->npending > 0 || img->commit.nfrees > 0 || img->ndeferred > 0;
+}
+
+void
+qcow2_alloc_after_reclaim (struct qcow2_image *img)
+{
+  /* Nothing came free (the frees only lowered counts: snapshots,
+   * compressed clusters): more really is in use than a fully allocated
+   * image holds.  Let the bump pointer go on for a while before the
+   * next reclaim, so that not every allocation costs a commit.
+   */
+  if (img->nfreed == 0 && img->bump >= img->soft_end)
+    img->soft_end = img->bump + 64 + img->soft_end / 64;
 }
 
 static int
@@ -303,7 +315,7 @@ from_bump (struct qcow2_image *img, uint64_t *cluster, struct qcow2_error *err)
             }
           img->scanned = true;
         }
-      if (img->bump >= soft && img->alloc_strict && frees_waiting (img))
+      if (img->bump >= soft && img->alloc_strict && qcow2_alloc_frees_waiting (img))
         {
           qcow2_set_error (err, ENOSPC,
                            "no free cluster until the frees waiting are "

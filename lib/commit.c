@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "qcow2-internal.h"
 
 #define L1_SECTOR_ENTRIES 64 /* 512-byte sectors: written atomically */
@@ -74,13 +75,6 @@ qcow2_free_after_commit (struct qcow2_image *img, uint64_t cluster,
     }
   img->pending[img->npending++] = cluster;
   return 0;
-}
-
-static int
-io_fail (struct qcow2_error *err, int r, const char *what)
-{
-  qcow2_set_error (err, -r, "%s: %s", what, strerror (-r));
-  return -1;
 }
 
 /* Copy the dirty L1 sectors, big-endian, into the commit's buffer. */
@@ -140,10 +134,10 @@ cut (struct qcow2_image *img, struct qcow2_error *err)
     return -1;
   r = l2_cache_write_dirty (img->l2, true);
   if (r < 0)
-    return io_fail (err, r, "writing new L2 tables");
+    return qcow2_io_error (err, r, "writing new L2 tables");
   r = l2_cache_cut (img->l2, &c->l2, &c->nl2, &c->l2_cap);
   if (r < 0)
-    return io_fail (err, r, "copying L2 tables");
+    return qcow2_io_error (err, r, "copying L2 tables");
   if (cut_l1 (img, err) == -1)
     return -1;
   /* The frees of this epoch go with it; the next starts empty. */
@@ -168,13 +162,13 @@ write_out (struct qcow2_image *img, struct qcow2_error *err)
 
   r = img->io->flush (img->io);
   if (r < 0)
-    return io_fail (err, r, "flush");
+    return qcow2_io_error (err, r, "flush");
   for (i = 0; i < c->nl2; ++i)
     {
       r = qcow2_hostio_pwrite (img->io, c->l2[i].table, img->cluster_size,
                                c->l2[i].offset);
       if (r < 0)
-        return io_fail (err, r, "writing an L2 table");
+        return qcow2_io_error (err, r, "writing an L2 table");
     }
   for (i = 0; i < c->nl1; ++i)
     {
@@ -185,253 +179,89 @@ write_out (struct qcow2_image *img, struct qcow2_error *err)
       r = qcow2_hostio_pwrite (img->io, c->l1_buf + i * L1_SECTOR_ENTRIES,
                                n * 8, img->l1_offset + first * 8);
       if (r < 0)
-        return io_fail (err, r, "writing the L1 table");
+        return qcow2_io_error (err, r, "writing the L1 table");
     }
   if (c->nl2 > 0 || c->nl1 > 0)
     {
       r = img->io->flush (img->io);
       if (r < 0)
-        return io_fail (err, r, "flush");
+        return qcow2_io_error (err, r, "flush");
     }
   return 0;
 }
 
-/* ---- claims on guest clusters ---- */
-
-static bool
-claimed (const struct qcow2_image *img, uint64_t first, uint64_t last)
-{
-  const struct qcow2_claim *c;
-
-  for (c = img->claims; c; c = c->next)
-    if (c->first <= last && first <= c->last)
-      return true;
-  return false;
-}
-
-void
-qcow2_claim_range (struct qcow2_image *img, struct qcow2_claim *claim,
-                   uint64_t offset, uint64_t count)
-{
-  claim->first = offset >> img->cluster_bits;
-  claim->last = (offset + (count ? count : 1) - 1) >> img->cluster_bits;
-  pthread_mutex_lock (&img->claim_lock);
-  while (claimed (img, claim->first, claim->last))
-    pthread_cond_wait (&img->claim_released, &img->claim_lock);
-  claim->next = img->claims;
-  img->claims = claim;
-  pthread_mutex_unlock (&img->claim_lock);
-}
-
-void
-qcow2_unclaim (struct qcow2_image *img, struct qcow2_claim *claim)
-{
-  struct qcow2_claim **p;
-
-  pthread_mutex_lock (&img->claim_lock);
-  for (p = &img->claims; *p != claim; p = &(*p)->next)
-    ;
-  *p = claim->next;
-  pthread_cond_broadcast (&img->claim_released);
-  pthread_mutex_unlock (&img->claim_lock);
-}
-
-/* ---- the reuse barrier ---- */
-
-bool qcow2_test_no_reuse_barrier;
-
-void
-qcow2_req_begin (struct qcow2_image *img, struct qcow2_req *req)
-{
-  pthread_mutex_lock (&img->epoch_lock);
-  req->epoch = img->epoch;
-  req->next = NULL;
-  req->prev = img->req_tail;
-  if (img->req_tail)
-    img->req_tail->next = req;
-  else
-    img->req_head = req;
-  img->req_tail = req;
-  pthread_mutex_unlock (&img->epoch_lock);
-}
-
-/* Under epoch_lock: frees of commits up to this epoch may be applied. */
-static uint64_t
-barrier_epoch (const struct qcow2_image *img)
-{
-  if (qcow2_test_no_reuse_barrier || img->req_head == NULL)
-    return UINT64_MAX;
-  return img->req_head->epoch;
-}
-
-void
-qcow2_req_end (struct qcow2_image *img, struct qcow2_req *req)
-{
-  bool ready;
-
-  pthread_mutex_lock (&img->epoch_lock);
-  if (req->prev)
-    req->prev->next = req->next;
-  else
-    img->req_head = req->next;
-  if (req->next)
-    req->next->prev = req->prev;
-  else
-    img->req_tail = req->prev;
-  ready = img->deferred_first_epoch <= barrier_epoch (img);
-  if (img->barrier_waiters > 0)
-    pthread_cond_broadcast (&img->barrier_moved);
-  pthread_mutex_unlock (&img->epoch_lock);
-  if (ready)
-    {
-      struct qcow2_error ignored;
-
-      pthread_rwlock_wrlock (&img->lock);
-      if (!img_failed (img) && qcow2_apply_deferred (img, &ignored) == -1)
-        img_set_failed (img);
-      pthread_rwlock_unlock (&img->lock);
-    }
-}
-
-/* Under the lock again: removed references are durably gone; hold
- * them back until the requests that started before cut 'epoch' ended.
+/* Under the lock: start cut number *my_cut at a new epoch (*epoch), and
+ * take it.  *started is false if the image had failed (nothing taken:
+ * nothing to finish).
  */
 static int
-defer_frees (struct qcow2_image *img, uint64_t epoch, struct qcow2_error *err)
+take_cut (struct qcow2_image *img, uint64_t *my_cut, uint64_t *epoch,
+          bool *started, struct qcow2_error *err)
 {
-  struct qcow2_commit *c = &img->commit;
-  size_t i;
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
 
-  if (c->nfrees == 0)
-    return 0;
-  if (img->ndeferred + c->nfrees > img->deferred_cap)
-    {
-      size_t cap = img->deferred_cap ? img->deferred_cap : 64;
-      struct qcow2_deferred *p;
-
-      while (cap < img->ndeferred + c->nfrees)
-        cap *= 2;
-      p = realloc (img->deferred, cap * sizeof *p);
-      if (p == NULL)
-        {
-          qcow2_set_error (err, ENOMEM, "out of memory");
-          return -1;
-        }
-      img->deferred = p;
-      img->deferred_cap = cap;
-    }
-  for (i = 0; i < c->nfrees; ++i)
-    img->deferred[img->ndeferred++]
-        = (struct qcow2_deferred){ c->frees[i], epoch };
-  c->nfrees = 0;
-  pthread_mutex_lock (&img->epoch_lock);
-  img->deferred_first_epoch = img->deferred[0].epoch;
-  pthread_mutex_unlock (&img->epoch_lock);
-  return 0;
+  *started = !img_failed (img);
+  if (!*started)
+    return qcow2_failed_error (err, true);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&img->commit_lock);
+    *my_cut = ++img->cut_seq;
+  }
+  /* Requests registered from here on see the entries as of this cut:
+   * none of them can reach a cluster this commit frees.
+   */
+  *epoch = qcow2_next_epoch (img);
+  return cut (img, err);
 }
 
-int
-qcow2_apply_deferred (struct qcow2_image *img, struct qcow2_error *err)
+/* Under the lock again, after write_out returned 'r': hold back the
+ * frees of cut 'epoch' and apply those whose barrier passed.
+ */
+static int
+finish_cut (struct qcow2_image *img, uint64_t epoch, int r,
+            struct qcow2_error *err)
 {
-  uint64_t limit;
-  size_t i, n;
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
 
-  pthread_mutex_lock (&img->epoch_lock);
-  limit = barrier_epoch (img);
-  pthread_mutex_unlock (&img->epoch_lock);
-  /* Requests registering from now on have an epoch at least the
-   * current one, above every deferred free's: they cannot lower the
-   * limit for what is applied here.
-   */
-  for (n = 0; n < img->ndeferred && img->deferred[n].epoch <= limit; ++n)
-    ;
-  for (i = 0; i < n; ++i)
-    {
-      uint64_t cl = img->deferred[i].cluster, v;
-
-      /* Its linear home was taken back by its guest cluster. */
-      if (qcow2_alloc_skip_drop (img, cl))
-        continue;
-      if (qcow2_rc_update (img, cl, -1, err) == -1
-          || qcow2_rc_get (img, cl, &v, err) == -1)
-        return -1;
-      if (v == 0)
-        {
-          /* A metadata cluster is never reusable, whatever its count. */
-          if (qcow2_meta_check (img, cl << img->cluster_bits, img->cluster_size,
-                                "free", err)
-              == -1)
-            return -1;
-          /* Give the space back to the file system; a hint only. */
-          if (img->io->zero)
-            img->io->zero (img->io, cl << img->cluster_bits, img->cluster_size,
-                           true);
-          qcow2_alloc_reuse (img, cl);
-        }
-    }
-  if (n == 0)
-    return 0;
-  memmove (img->deferred, img->deferred + n,
-           (img->ndeferred - n) * sizeof *img->deferred);
-  img->ndeferred -= n;
-  pthread_mutex_lock (&img->epoch_lock);
-  img->deferred_first_epoch
-      = img->ndeferred ? img->deferred[0].epoch : UINT64_MAX;
-  pthread_mutex_unlock (&img->epoch_lock);
-  return 0;
+  l2_cache_unpin_all (img->l2);
+  if (r == 0)
+    r = qcow2_defer_frees (img, epoch, img->commit.frees, img->commit.nfrees,
+                           err);
+  if (r == 0)
+    img->commit.nfrees = 0;
+  if (r == 0)
+    r = qcow2_apply_deferred (img, err);
+  if (r == -1)
+    img_set_failed (img);
+  return r;
 }
 
 /* One commit, by the thread that set img->committing. */
 static int
 run_commit (struct qcow2_image *img, uint64_t *my_cut, struct qcow2_error *err)
 {
-  uint64_t epoch;
+  uint64_t epoch = 0;
+  bool started;
   int r;
 
-  pthread_rwlock_wrlock (&img->lock);
-  if (img_failed (img))
-    {
-      pthread_rwlock_unlock (&img->lock);
-      qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
-      return -1;
-    }
-  pthread_mutex_lock (&img->commit_lock);
-  *my_cut = ++img->cut_seq;
-  pthread_mutex_unlock (&img->commit_lock);
-  /* Requests registered from here on see the entries as of this cut:
-   * none of them can reach a cluster this commit frees.
-   */
-  pthread_mutex_lock (&img->epoch_lock);
-  epoch = ++img->epoch;
-  pthread_mutex_unlock (&img->epoch_lock);
-  r = cut (img, err);
-  pthread_rwlock_unlock (&img->lock);
-
+  r = take_cut (img, my_cut, &epoch, &started, err);
+  if (!started)
+    return -1;
   if (r == 0)
     r = write_out (img, err);
-
-  pthread_rwlock_wrlock (&img->lock);
-  l2_cache_unpin_all (img->l2);
-  if (r == 0)
-    r = defer_frees (img, epoch, err);
-  if (r == 0)
-    r = qcow2_apply_deferred (img, err);
-  if (r == -1)
-    img_set_failed (img);
-  pthread_rwlock_unlock (&img->lock);
-  return r;
+  return finish_cut (img, epoch, r, err);
 }
 
 int
 qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
 {
   struct qcow2_error ignored = { 0 };
-  uint64_t target, my_cut;
+  uint64_t target, my_cut = 0;
   int r = 0;
 
   if (err == NULL)
     err = &ignored;
-  pthread_mutex_lock (&img->commit_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&img->commit_lock);
   /* Everything that completed before this call is covered by any cut
    * taken from now on.
    */
@@ -444,6 +274,9 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
           continue;
         }
       img->committing = true;
+      /* Dropped on purpose while this thread commits: commit_lock is
+       * never held while taking the image lock.
+       */
       pthread_mutex_unlock (&img->commit_lock);
       r = run_commit (img, &my_cut, err);
       pthread_mutex_lock (&img->commit_lock);
@@ -461,64 +294,20 @@ qcow2_commit (struct qcow2_image *img, struct qcow2_error *err)
                          strerror (img->commit_errno));
       r = -1;
     }
-  pthread_mutex_unlock (&img->commit_lock);
   return r;
 }
 
 int
-qcow2_reclaim (struct qcow2_image *img, struct qcow2_req *req,
-               struct qcow2_error *err)
+qcow2_commit_relock (struct qcow2_image *img, struct qcow2_error *err)
 {
-  uint64_t target;
   int r;
 
-  if (qcow2_commit (img, err) == -1)
-    return -1;
-  /* This request holds no entry from before the commit: re-register it
-   * as if it started now, at the end of the list (in start order), so
-   * that it does not hold back the frees it waits for.
-   */
-  pthread_mutex_lock (&img->epoch_lock);
-  target = img->epoch;
-  if (req->next)
-    {
-      if (req->prev)
-        req->prev->next = req->next;
-      else
-        img->req_head = req->next;
-      req->next->prev = req->prev;
-      req->prev = img->req_tail;
-      req->next = NULL;
-      img->req_tail->next = req;
-      img->req_tail = req;
-    }
-  req->epoch = target;
-  /* Moving this request may be what another waiter waits for. */
-  if (img->barrier_waiters > 0)
-    pthread_cond_broadcast (&img->barrier_moved);
-  /* Wait for the requests that started before the commit.  No
-   * deadlock: the oldest of the waiters re-registered after its own
-   * commit, so nothing waits for it, and requests that do not wait
-   * end.
-   */
-  img->barrier_waiters++;
-  while (barrier_epoch (img) < target && !img_failed (img))
-    pthread_cond_wait (&img->barrier_moved, &img->epoch_lock);
-  img->barrier_waiters--;
-  pthread_mutex_unlock (&img->epoch_lock);
-
-  pthread_rwlock_wrlock (&img->lock);
-  r = img_failed (img) ? 0 : qcow2_apply_deferred (img, err);
-  if (r == -1)
-    img_set_failed (img);
-  /* Nothing came free (the frees only lowered counts: snapshots,
-   * compressed clusters): more really is in use than a fully allocated
-   * image holds.  Let the bump pointer go on for a while before the
-   * next reclaim, so that not every allocation costs a commit.
-   */
-  if (r == 0 && img->nfreed == 0 && img->bump >= img->soft_end)
-    img->soft_end = img->bump + 64 + img->soft_end / 64;
+  /* Dropped on purpose: a commit takes the lock itself. */
   pthread_rwlock_unlock (&img->lock);
+  r = qcow2_commit (img, err);
+  pthread_rwlock_wrlock (&img->lock);
+  if (r == 0 && img_failed (img))
+    r = qcow2_failed_error (err, true);
   return r;
 }
 
@@ -535,7 +324,4 @@ qcow2_commit_free (struct qcow2_image *img)
   free (c->l1_sector);
   free (c->frees);
   memset (c, 0, sizeof *c);
-  free (img->deferred);
-  img->deferred = NULL;
-  img->ndeferred = img->deferred_cap = 0;
 }

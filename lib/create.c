@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "align.h"
+#include "image-magic.h"
 #include "qcow2-internal.h"
 
-#define QCOW2_MAGIC 0x514649fbU
 #define V3_HEADER_BYTES 104
 
 /* [off, off+len) reads as zeroes: a hole where the host can make one

@@ -18,6 +18,28 @@
 
 #include "qcow2-internal.h"
 
+char *
+qcow2_header_string (const unsigned char *p, size_t len, const char *what,
+                     struct qcow2_error *err)
+{
+  char *s;
+
+  if (memchr (p, '\0', len))
+    {
+      qcow2_set_error (err, EINVAL, "%s contains a NUL byte", what);
+      return NULL;
+    }
+  s = malloc (len + 1);
+  if (s == NULL)
+    {
+      qcow2_set_error (err, ENOMEM, "out of memory");
+      return NULL;
+    }
+  memcpy (s, p, len);
+  s[len] = '\0';
+  return s;
+}
+
 /* Header extension types. */
 #define EXT_END 0
 #define EXT_BACKING_FORMAT 0xe2792acaU

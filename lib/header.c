@@ -16,38 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "image-magic.h"
 #include "qcow2-internal.h"
 
-#define QCOW2_MAGIC 0x514649fbU /* "QFI\xfb" */
 #define V2_HEADER_BYTES 72
 #define V3_HEADER_BYTES 104
 
 bool
 qcow2_probe (const void *buf, size_t len)
 {
-  return len >= QCOW2_PROBE_BYTES && get_be32 (buf) == QCOW2_MAGIC;
-}
-
-char *
-qcow2_header_string (const unsigned char *p, size_t len, const char *what,
-                     struct qcow2_error *err)
-{
-  char *s;
-
-  if (memchr (p, '\0', len))
-    {
-      qcow2_set_error (err, EINVAL, "%s contains a NUL byte", what);
-      return NULL;
-    }
-  s = malloc (len + 1);
-  if (s == NULL)
-    {
-      qcow2_set_error (err, ENOMEM, "out of memory");
-      return NULL;
-    }
-  memcpy (s, p, len);
-  s[len] = '\0';
-  return s;
+  return len >= QCOW2_PROBE_BYTES && image_has_qcow2_magic (buf, len);
 }
 
 static void

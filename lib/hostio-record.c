@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "qcow2-hostio.h"
 
 struct record_io
@@ -35,9 +36,9 @@ struct record_io
 static int
 append (struct record_io *r, const struct qcow2_record_event *e)
 {
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&r->lock);
   int ret = 0;
 
-  pthread_mutex_lock (&r->lock);
   if (r->nev == r->cap)
     {
       size_t cap = r->cap ? r->cap * 2 : 256;
@@ -52,19 +53,15 @@ append (struct record_io *r, const struct qcow2_record_event *e)
     }
   if (ret == 0)
     r->ev[r->nev++] = *e;
-  pthread_mutex_unlock (&r->lock);
   return ret;
 }
 
 static size_t
 count_events (struct record_io *r)
 {
-  size_t n;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&r->lock);
 
-  pthread_mutex_lock (&r->lock);
-  n = r->nev;
-  pthread_mutex_unlock (&r->lock);
-  return n;
+  return r->nev;
 }
 
 static int
@@ -181,12 +178,9 @@ const struct qcow2_record_event *
 qcow2_record_get (struct qcow2_hostio *io, size_t i)
 {
   struct record_io *r = (struct record_io *)io;
-  const struct qcow2_record_event *e;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&r->lock);
 
-  pthread_mutex_lock (&r->lock);
-  e = i < r->nev ? &r->ev[i] : NULL;
-  pthread_mutex_unlock (&r->lock);
-  return e;
+  return i < r->nev ? &r->ev[i] : NULL;
 }
 
 /* Apply bytes [from, to) of write 'e' to the image in *buf. */
@@ -212,20 +206,18 @@ apply (unsigned char **buf, size_t *len, const struct qcow2_record_event *e,
   return 0;
 }
 
-int
-qcow2_record_crash_image (struct qcow2_hostio *io, const void *initial,
-                          size_t initial_len, size_t upto, unsigned *seed,
-                          unsigned char **out, size_t *out_len)
+/* Apply to *buf what a power failure after event 'upto' could leave
+ * of the events: 0 or a negative errno.
+ */
+static int
+replay (struct record_io *r, size_t upto, unsigned *seed, unsigned char **bufp,
+        size_t *lenp)
 {
-  struct record_io *r = (struct record_io *)io;
-  size_t durable = 0, i, len = initial_len;
-  unsigned char *buf = malloc (initial_len ? initial_len : 1);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&r->lock);
+  unsigned char *buf = *bufp;
+  size_t durable = 0, i, len = *lenp;
   int ret = 0;
 
-  if (buf == NULL)
-    return -ENOMEM;
-  memcpy (buf, initial, initial_len);
-  pthread_mutex_lock (&r->lock);
   if (upto > r->nev)
     upto = r->nev;
   for (i = 0; i < upto; ++i)
@@ -262,7 +254,25 @@ qcow2_record_crash_image (struct qcow2_hostio *io, const void *initial,
             }
         }
     }
-  pthread_mutex_unlock (&r->lock);
+  *bufp = buf;
+  *lenp = len;
+  return ret;
+}
+
+int
+qcow2_record_crash_image (struct qcow2_hostio *io, const void *initial,
+                          size_t initial_len, size_t upto, unsigned *seed,
+                          unsigned char **out, size_t *out_len)
+{
+  struct record_io *r = (struct record_io *)io;
+  size_t len = initial_len;
+  unsigned char *buf = malloc (initial_len ? initial_len : 1);
+  int ret;
+
+  if (buf == NULL)
+    return -ENOMEM;
+  memcpy (buf, initial, initial_len);
+  ret = replay (r, upto, seed, &buf, &len);
   if (ret < 0)
     {
       free (buf);

@@ -13,15 +13,14 @@
  *
  * Writers (holding the image's lock exclusively, so no reader is
  * looking at a table: readers hold it shared while they look up
- * entries) change tables in their slots and mark them dirty: a dirty slot is never
- * evicted until the commit writes it back, new tables (not yet pointed
- * at by anything on disk) in the commit's first phase and the others in
- * its second.  A writer that finds every slot of a shard dirty gets
- * -EAGAIN and commits first.  Tables are 4 KiB-aligned for O_DIRECT.
- * A commit copies a dirty table at its cut and writes the copy later,
- * without the image lock: until then the slot is pinned ('writeback'),
- * since evicting it and reloading the table from disk would read what
- * the disk had before.
+ * entries) change tables in their slots and mark them dirty: a dirty slot is
+ * never evicted until the commit writes it back, new tables (not yet pointed at
+ * by anything on disk) in the commit's first phase and the others in its
+ * second.  A writer that finds every slot of a shard dirty gets -EAGAIN and
+ * commits first.  Tables are 4 KiB-aligned for O_DIRECT. A commit copies a
+ * dirty table at its cut and writes the copy later, without the image lock:
+ * until then the slot is pinned ('writeback'), since evicting it and reloading
+ * the table from disk would read what the disk had before.
  */
 #include <config.h>
 
@@ -29,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "qcow2-internal.h"
 
 struct l2_slot
@@ -167,21 +167,33 @@ load_private (struct l2_cache *c, uint64_t offset, struct l2_ref *ref)
   return 0;
 }
 
-int
-l2_cache_get (struct l2_cache *c, uint64_t offset, struct l2_ref *ref)
+/* May 'sl' be evicted, and is it a better victim than 'victim'? */
+static bool
+better_victim (const struct l2_slot *sl, const struct l2_slot *victim)
 {
-  struct l2_shard *s = shard_of (c, offset);
-  struct l2_slot *victim;
-  unsigned i;
-  int r;
+  return sl->refs == 0 && !sl->loading && !sl->dirty && !sl->writeback
+         && (victim == NULL
+             || (victim->valid
+                 && (!sl->valid || sl->last_use < victim->last_use)));
+}
 
-  pthread_mutex_lock (&s->lock);
+/* Under s->lock: the slot of 'offset', referenced; else NULL, and in
+ * *victim the slot taken for it (referenced, 'loading' if 'reading'),
+ * or NULL if every slot is in use.  'reading' also matches a slot
+ * being loaded, waiting until it is.
+ */
+static struct l2_slot *
+find_locked (struct l2_shard *s, uint64_t offset, bool reading,
+             struct l2_slot **victim)
+{
+  unsigned i;
+
 again:
-  victim = NULL;
+  *victim = NULL;
   for (i = 0; i < s->nslots; ++i)
     {
       struct l2_slot *sl = &s->slots[i];
-      if ((sl->valid || sl->loading) && sl->offset == offset)
+      if ((sl->valid || (reading && sl->loading)) && sl->offset == offset)
         {
           if (sl->loading)
             {
@@ -190,53 +202,106 @@ again:
             }
           sl->refs++;
           sl->last_use = ++s->clock;
-          pthread_mutex_unlock (&s->lock);
-          ref->cache = c;
-          ref->slot = sl;
-          ref->table = sl->table;
-          return 0;
+          return sl;
         }
-      if (sl->refs == 0 && !sl->loading && !sl->dirty && !sl->writeback
-          && (victim == NULL
-              || (victim->valid
-                  && (!sl->valid || sl->last_use < victim->last_use))))
-        victim = sl;
+      if (better_victim (sl, *victim))
+        *victim = sl;
     }
-  if (victim == NULL)
+  if (*victim)
     {
-      pthread_mutex_unlock (&s->lock);
-      return load_private (c, offset, ref);
+      struct l2_slot *v = *victim;
+      v->valid = false;
+      v->loading = reading;
+      v->offset = offset;
+      v->refs = 1;
+      v->last_use = ++s->clock;
     }
-  victim->valid = false;
-  victim->loading = true;
-  victim->offset = offset;
-  victim->refs = 1;
-  victim->last_use = ++s->clock;
-  pthread_mutex_unlock (&s->lock);
+  return NULL;
+}
 
-  r = 0;
-  if (victim->table == NULL
-      && posix_memalign ((void **)&victim->table, 4096, c->table_bytes) != 0)
+/* find_locked under the shard's lock; a hit is zeroed if 'fresh'. */
+static struct l2_slot *
+find (struct l2_cache *c, struct l2_shard *s, uint64_t offset, bool reading,
+      bool fresh, struct l2_slot **victim)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+  struct l2_slot *sl = find_locked (s, offset, reading, victim);
+
+  if (sl && fresh)
     {
-      victim->table = NULL;
-      r = -ENOMEM;
+      memset (sl->table, 0, c->table_bytes);
+      sl->dirty = sl->is_new = true;
     }
-  if (r == 0)
-    r = c->io->pread (c->io, victim->table, c->table_bytes, offset);
+  return sl;
+}
 
-  pthread_mutex_lock (&s->lock);
-  victim->loading = false;
-  victim->valid = r == 0;
+/* Without the lock: the table of taken slot 'v', zeroed if 'fresh',
+ * else read.  0 or a negative errno.
+ */
+static int
+fill_slot (struct l2_cache *c, struct l2_slot *v, uint64_t offset, bool fresh)
+{
+  if (v->table == NULL
+      && posix_memalign ((void **)&v->table, 4096, c->table_bytes) != 0)
+    {
+      v->table = NULL;
+      return -ENOMEM;
+    }
+  if (fresh)
+    {
+      memset (v->table, 0, c->table_bytes);
+      return 0;
+    }
+  return c->io->pread (c->io, v->table, c->table_bytes, offset);
+}
+
+/* Under the shard's lock: slot 'v' was filled with result 'r'. */
+static void
+filled (struct l2_shard *s, struct l2_slot *v, int r, bool reading, bool fresh)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
+
+  v->loading = false;
+  v->valid = r == 0;
   if (r < 0)
-    victim->refs = 0;
-  pthread_cond_broadcast (&s->loaded);
-  pthread_mutex_unlock (&s->lock);
-  if (r < 0)
-    return r;
+    v->refs = 0;
+  else if (fresh)
+    v->dirty = v->is_new = true;
+  if (reading)
+    pthread_cond_broadcast (&s->loaded);
+}
+
+/* l2_cache_get ('reading') and l2_cache_get_write. */
+static int
+get_slot (struct l2_cache *c, uint64_t offset, bool reading, bool fresh,
+          struct l2_ref *ref)
+{
+  struct l2_shard *s = shard_of (c, offset);
+  struct l2_slot *victim;
+  struct l2_slot *sl = find (c, s, offset, reading, fresh, &victim);
+  int r;
+
+  if (sl == NULL && victim == NULL)
+    /* Readers get a private copy; a writer commits, then retries. */
+    return reading ? load_private (c, offset, ref) : -EAGAIN;
+  if (sl == NULL)
+    {
+      r = fill_slot (c, victim, offset, fresh);
+      filled (s, victim, r, reading, fresh);
+      if (r < 0)
+        return r;
+      sl = victim;
+    }
   ref->cache = c;
-  ref->slot = victim;
-  ref->table = victim->table;
+  ref->slot = sl;
+  ref->table = sl->table;
   return 0;
+}
+
+int
+l2_cache_get (struct l2_cache *c, uint64_t offset, struct l2_ref *ref)
+{
+  return get_slot (c, offset, true, false, ref);
 }
 
 void
@@ -251,9 +316,8 @@ l2_cache_put (struct l2_ref *ref)
   else
     {
       struct l2_shard *s = shard_of (ref->cache, sl->offset);
-      pthread_mutex_lock (&s->lock);
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
       sl->refs--;
-      pthread_mutex_unlock (&s->lock);
     }
   ref->table = NULL;
   ref->slot = NULL;
@@ -265,71 +329,7 @@ int
 l2_cache_get_write (struct l2_cache *c, uint64_t offset, bool fresh,
                     struct l2_ref *ref)
 {
-  struct l2_shard *s = shard_of (c, offset);
-  struct l2_slot *victim = NULL;
-  unsigned i;
-  int r = 0;
-
-  pthread_mutex_lock (&s->lock);
-  for (i = 0; i < s->nslots; ++i)
-    {
-      struct l2_slot *sl = &s->slots[i];
-      if (sl->valid && sl->offset == offset)
-        {
-          sl->refs++;
-          sl->last_use = ++s->clock;
-          if (fresh)
-            {
-              memset (sl->table, 0, c->table_bytes);
-              sl->dirty = sl->is_new = true;
-            }
-          pthread_mutex_unlock (&s->lock);
-          ref->cache = c;
-          ref->slot = sl;
-          ref->table = sl->table;
-          return 0;
-        }
-      if (sl->refs == 0 && !sl->loading && !sl->dirty && !sl->writeback
-          && (victim == NULL
-              || (victim->valid
-                  && (!sl->valid || sl->last_use < victim->last_use))))
-        victim = sl;
-    }
-  if (victim == NULL)
-    {
-      pthread_mutex_unlock (&s->lock);
-      return -EAGAIN; /* all dirty: commit, then retry */
-    }
-  victim->valid = false;
-  victim->offset = offset;
-  victim->refs = 1;
-  victim->last_use = ++s->clock;
-  pthread_mutex_unlock (&s->lock);
-
-  if (victim->table == NULL
-      && posix_memalign ((void **)&victim->table, 4096, c->table_bytes) != 0)
-    {
-      victim->table = NULL;
-      r = -ENOMEM;
-    }
-  else if (fresh)
-    memset (victim->table, 0, c->table_bytes);
-  else
-    r = c->io->pread (c->io, victim->table, c->table_bytes, offset);
-
-  pthread_mutex_lock (&s->lock);
-  victim->valid = r == 0;
-  if (r < 0)
-    victim->refs = 0;
-  else if (fresh)
-    victim->dirty = victim->is_new = true;
-  pthread_mutex_unlock (&s->lock);
-  if (r < 0)
-    return r;
-  ref->cache = c;
-  ref->slot = victim;
-  ref->table = victim->table;
-  return 0;
+  return get_slot (c, offset, false, fresh, ref);
 }
 
 /* A table that is new (its cluster allocated, nothing on disk points
@@ -429,10 +429,9 @@ l2_cache_unpin_all (struct l2_cache *c)
   for (i = 0; i < c->nshards; ++i)
     {
       struct l2_shard *s = &c->shards[i];
-      pthread_mutex_lock (&s->lock);
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
       for (j = 0; j < s->nslots; ++j)
         s->slots[j].writeback = false;
-      pthread_mutex_unlock (&s->lock);
     }
 }
 

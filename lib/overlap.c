@@ -371,37 +371,19 @@ int
 qcow2_meta_load (struct qcow2_image *img, struct qcow2_error *err)
 {
   const uint64_t cs = img->cluster_size;
-  uint64_t i, n = img->reftable_bytes / 8;
+  uint64_t i;
 
-  for (i = 0; i < n; ++i)
-    {
-      uint64_t off = qcow2_rc_block_at (img, i);
-      if (off
-          && qcow2_meta_add (img, QCOW2_META_REFBLOCK, off >> img->cluster_bits,
-                             err)
-                 == -1)
-        goto refuse;
-    }
   for (i = 0; i < img->l1_size; ++i)
     {
       uint64_t off = img->l1[i] & L1E_OFFSET_MASK;
-      /* An unaligned one is refused when it is used (read.c). */
+      /* An unaligned one is refused when it is used (mapping.c). */
       if (off == 0 || (off & (cs - 1)))
         continue;
       if (qcow2_meta_add (img, QCOW2_META_L2, off >> img->cluster_bits, err)
           == -1)
-        goto refuse;
+        return -1;
     }
   return 0;
-
-refuse:
-  if (err && err->errnum == EIO)
-    {
-      char why[sizeof err->msg];
-      memcpy (why, err->msg, sizeof why);
-      qcow2_set_error (err, EIO, "refusing to write this image: %s", why);
-    }
-  return -1;
 }
 
 /* ---- the checks before a write or a free ---- */

@@ -84,8 +84,9 @@ struct qcow2_open_options
 };
 
 /* Does a file starting with these 'len' bytes claim to be qcow2?  Needs
- * QCOW2_PROBE_BYTES to say yes.  The only test of the magic, for format
- * detection and for the parser alike.
+ * QCOW2_PROBE_BYTES to say yes.  The parser and format detection use
+ * it; it is common/image-magic.h's test of the magic, which nbd/probe.c
+ * uses too.
  */
 #define QCOW2_PROBE_BYTES 4
 extern bool qcow2_probe (const void *buf, size_t len);

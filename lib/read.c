@@ -1,13 +1,15 @@
 /* nbdstack qcow2 library: reading the virtual disk.
  * SPDX-License-Identifier: BSD-3-Clause
  *
- * A guest range is cut into runs that read the same way (unallocated,
- * zero, data at consecutive host offsets, one compressed cluster) by
- * walking its L2 table; each host cluster is checked against the file
- * and the metadata before it is read, so a hostile L2 entry is an I/O
- * error for the one request that meets it.  Block status comes from the
- * same runs.  The layer ops at the end let one image be another's
- * backing file.
+ * A guest range is read a run at a time (mapping.c cuts it into runs
+ * that read the same way: unallocated, zero, data at consecutive host
+ * offsets, one compressed cluster), each looked up under the lock
+ * (shared) on a writable image and read without it: a writer may then
+ * change the entry (the reader reads the old data, or the new one
+ * written in place), but the cluster cannot be freed and reused before
+ * the reader's request ends (the reuse barrier, inflight.c).  Block
+ * status comes from the same runs.  The layer ops at the end let one
+ * image be another's backing file.
  */
 #include <config.h>
 
@@ -18,245 +20,6 @@
 #include <string.h>
 
 #include "qcow2-internal.h"
-
-/* How one (sub)cluster reads, like qemu's QCOW2_SUBCLUSTER_* types. */
-enum sc_type
-{
-  SC_UNALLOCATED, /* goes to the backing file, or zeroes */
-  SC_ZERO_PLAIN,  /* zeroes, no host cluster */
-  SC_ZERO_ALLOC,  /* zeroes, host cluster kept */
-  SC_NORMAL,      /* data at a host offset */
-  SC_COMPRESSED,  /* the cluster is compressed */
-};
-
-/* A run of the virtual disk that reads the same way. */
-struct run
-{
-  enum sc_type type;
-  uint64_t len;
-  uint64_t host; /* SC_NORMAL: host offset of the start;
-                  * SC_COMPRESSED: the L2 entry */
-};
-
-/* Is [off, off+len) of the qcow2 file metadata that the header points
- * at directly?  (The cheap part of qemu's overlap checks.)
- */
-static bool
-overlaps_metadata (const struct qcow2_image *img, uint64_t off, uint64_t len)
-{
-  return off < img->cluster_size
-         || ranges_overlap (off, len, img->active_l1_offset,
-                            img->active_l1_bytes)
-         || ranges_overlap (off, len, img->l1_offset,
-                            (uint64_t)img->l1_size * 8)
-         || ranges_overlap (off, len, img->reftable_offset, img->reftable_bytes)
-         || ranges_overlap (off, len, img->snapshots_offset,
-                            img->snapshots_bytes);
-}
-
-/* How subcluster 'sc' of the cluster with entry 'e' and bitmap 'bm'
- * reads; -1 if the combination is invalid.
- */
-static int
-classify (const struct qcow2_image *img, uint64_t e, uint64_t bm, unsigned sc)
-{
-  bool has_host
-      = (e & L2E_OFFSET_MASK) != 0 || (img->data_file && (e & OFLAG_COPIED));
-
-  if (e & OFLAG_COMPRESSED)
-    return SC_COMPRESSED;
-  if (img->ext_l2)
-    {
-      if (has_host)
-        {
-          if ((bm >> 32) & bm)
-            return -1;
-          if (bm & (1ULL << (32 + sc)))
-            return SC_ZERO_ALLOC;
-          if (bm & (1ULL << sc))
-            return SC_NORMAL;
-          return SC_UNALLOCATED;
-        }
-      if (bm & BITMAP_ALL_ALLOC)
-        return -1;
-      if (bm & (1ULL << (32 + sc)))
-        return SC_ZERO_PLAIN;
-      return SC_UNALLOCATED;
-    }
-  if (e & OFLAG_ZERO)
-    return (e & L2E_OFFSET_MASK) ? SC_ZERO_ALLOC : SC_ZERO_PLAIN;
-  return has_host ? SC_NORMAL : SC_UNALLOCATED;
-}
-
-/* Check the host cluster of a normal entry before anything reads it. */
-int
-qcow2_check_data_cluster (const struct qcow2_image *img, uint64_t host,
-                          uint64_t vofs, struct qcow2_error *err)
-{
-  if (host & (img->cluster_size - 1))
-    {
-      qcow2_set_error (err, EIO,
-                       "data cluster offset %#" PRIx64 " is not "
-                       "aligned (guest offset %#" PRIx64 ")",
-                       host, vofs);
-      return -1;
-    }
-  if (img->data_io != img->io)
-    return 0; /* data file: guest offset == host offset,
-               * no metadata in it */
-  if (host >= img->file_size)
-    {
-      qcow2_set_error (err, EIO,
-                       "data cluster offset %#" PRIx64 " is beyond "
-                       "the end of the file (guest offset %#" PRIx64 ")",
-                       host, vofs);
-      return -1;
-    }
-  if (overlaps_metadata (img, host, img->cluster_size))
-    {
-      qcow2_set_error (err, EIO,
-                       "data cluster offset %#" PRIx64 " overlaps "
-                       "metadata (guest offset %#" PRIx64 ")",
-                       host, vofs);
-      return -1;
-    }
-  return 0;
-}
-
-int
-qcow2_check_l2_offset (const struct qcow2_image *img, uint64_t l2_off,
-                       uint64_t l1_idx, struct qcow2_error *err)
-{
-  const uint64_t cs = img->cluster_size;
-
-  if (l2_off & (cs - 1))
-    {
-      qcow2_set_error (err, EIO,
-                       "L2 table offset %#" PRIx64 " is not aligned "
-                       "(L1 index %" PRIu64 ")",
-                       l2_off, l1_idx);
-      return -1;
-    }
-  if (l2_off >= img->file_size || cs > img->file_size - l2_off)
-    {
-      qcow2_set_error (err, EIO,
-                       "L2 table offset %#" PRIx64 " is beyond the "
-                       "end of the file (L1 index %" PRIu64 ")",
-                       l2_off, l1_idx);
-      return -1;
-    }
-  if (overlaps_metadata (img, l2_off, cs))
-    {
-      qcow2_set_error (err, EIO,
-                       "L2 table offset %#" PRIx64 " overlaps "
-                       "metadata (L1 index %" PRIu64 ")",
-                       l2_off, l1_idx);
-      return -1;
-    }
-  return 0;
-}
-
-static int
-get_run (struct qcow2_image *img, uint64_t off, uint64_t max, struct run *run,
-         struct qcow2_error *err)
-{
-  const unsigned l2_shift = img->cluster_bits + img->l2_bits;
-  const uint64_t cs = img->cluster_size, scs = 1ULL << img->sc_bits;
-  const uint64_t end = off + max; /* <= size < 2^63 */
-  uint64_t l1_idx = off >> l2_shift;
-  uint64_t table_end = (l1_idx + 1) << l2_shift;
-  uint64_t l2_off, pos, expect = 0;
-  struct l2_ref ref;
-  int first = -1;
-
-  if (l1_idx >= img->l1_size || (img->l1[l1_idx] & L1E_OFFSET_MASK) == 0)
-    {
-      /* Unallocated L2 tables: merge neighbours so that a sparse disk is
-       * described in few steps.
-       */
-      while (table_end < end && l1_idx + 1 < img->l1_size
-             && (img->l1[l1_idx + 1] & L1E_OFFSET_MASK) == 0)
-        {
-          l1_idx++;
-          table_end += 1ULL << l2_shift;
-        }
-      if (l1_idx + 1 >= img->l1_size)
-        table_end = end;
-      run->type = SC_UNALLOCATED;
-      run->len = (table_end < end ? table_end : end) - off;
-      return 0;
-    }
-
-  l2_off = img->l1[l1_idx] & L1E_OFFSET_MASK;
-  if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
-    return -1;
-  {
-    int r = l2_cache_get (img->l2, l2_off, &ref);
-    if (r < 0)
-      {
-        qcow2_set_error (err, -r, "reading L2 table at %#" PRIx64 ": %s",
-                         l2_off, strerror (-r));
-        return -1;
-      }
-  }
-
-  pos = off;
-  if (table_end > end)
-    table_end = end;
-  while (pos < table_end)
-    {
-      uint64_t idx = (pos >> img->cluster_bits) & ((1ULL << img->l2_bits) - 1);
-      const uint64_t *ent = (const uint64_t *)((const char *)ref.table
-                                               + idx * img->l2_entry_bytes);
-      uint64_t e = get_be64 (ent);
-      uint64_t bm = img->ext_l2 ? get_be64 (ent + 1) : 0;
-      unsigned sc = (pos & (cs - 1)) >> img->sc_bits;
-      uint64_t host = (e & L2E_OFFSET_MASK) + (pos & (cs - 1));
-      uint64_t next;
-      int t = classify (img, e, bm, sc);
-
-      if (t == -1)
-        {
-          qcow2_set_error (err, EIO,
-                           "invalid L2 entry %#" PRIx64 " bitmap %#" PRIx64
-                           " (guest offset %#" PRIx64 ")",
-                           e, bm, pos);
-          goto fail;
-        }
-      if (first == -1)
-        {
-          first = t;
-          run->host = t == SC_COMPRESSED ? e : host;
-          expect = host;
-        }
-      else if (t != first || (t == SC_NORMAL && host != expect)
-               || t == SC_COMPRESSED)
-        break;
-      /* Only check host clusters we are about to read. */
-      if (t == SC_NORMAL && (pos == off || (pos & (cs - 1)) == 0)
-          && qcow2_check_data_cluster (img, e & L2E_OFFSET_MASK, pos, err)
-                 == -1)
-        {
-          if (pos == off)
-            goto fail;
-          break; /* the next call reports it */
-        }
-      if (t == SC_COMPRESSED)
-        next = (pos | (cs - 1)) + 1;
-      else
-        next = (pos | (scs - 1)) + 1;
-      expect = host + (next - pos);
-      pos = next;
-    }
-  l2_cache_put (&ref);
-  run->type = first;
-  run->len = (pos < end ? pos : end) - off;
-  return 0;
-
-fail:
-  l2_cache_put (&ref);
-  return -1;
-}
 
 /* ---- reading ---- */
 
@@ -306,27 +69,6 @@ read_host (struct qcow2_image *img, char *buf, uint64_t len, uint64_t host,
   return 0;
 }
 
-/* A run, looked up under the lock (shared) on a writable image: no
- * writer is changing an entry meanwhile.  Its data is read after the
- * lock is dropped: a writer may then change the entry (the reader reads
- * the old data, or the new one written in place), but the cluster
- * cannot be freed and reused before the reader's request ends (the
- * reuse barrier, commit.c).
- */
-static int
-locked_run (struct qcow2_image *img, uint64_t off, uint64_t max,
-            struct run *run, struct qcow2_error *err)
-{
-  int r;
-
-  if (!img->writable)
-    return get_run (img, off, max, run, err);
-  pthread_rwlock_rdlock (&img->lock);
-  r = get_run (img, off, max, run, err);
-  pthread_rwlock_unlock (&img->lock);
-  return r;
-}
-
 int
 qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
                       uint64_t offset, struct qcow2_error *err)
@@ -340,10 +82,10 @@ qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
     }
   while (count > 0)
     {
-      struct run run;
+      struct qcow2_run run;
       int r = 0;
 
-      if (locked_run (img, offset, count, &run, err) == -1)
+      if (qcow2_map_run (img, offset, count, &run, err) == -1)
         return -1;
       switch (run.type)
         {
@@ -378,13 +120,6 @@ qcow2_pread_unlocked (struct qcow2_image *img, void *buf, size_t count,
  * failed write-back, a table in the cache may be newer than the disk
  * and be evicted, so what a read would find is not known.
  */
-static int
-read_failed (struct qcow2_error *err)
-{
-  qcow2_set_error (err, EIO, "the image failed earlier");
-  return -1;
-}
-
 int
 qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
              struct qcow2_error *err)
@@ -395,7 +130,7 @@ qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
   if (!img->writable)
     return qcow2_pread_unlocked (img, buf, count, offset, err);
   if (img_failed (img))
-    return read_failed (err);
+    return qcow2_failed_error (err, false);
   qcow2_req_begin (img, &req);
   r = qcow2_pread_unlocked (img, buf, count, offset, err);
   qcow2_req_end (img, &req);
@@ -403,7 +138,7 @@ qcow2_pread (struct qcow2_image *img, void *buf, size_t count, uint64_t offset,
    * longer matches the disk.
    */
   if (r == 0 && img_failed (img))
-    r = read_failed (err);
+    r = qcow2_failed_error (err, false);
   return r;
 }
 
@@ -421,12 +156,12 @@ qcow2_block_status (struct qcow2_image *img, uint64_t offset, uint64_t max,
   if (!img->writable)
     return block_status_unlocked (img, offset, max, len, flags, err);
   if (img_failed (img))
-    return read_failed (err);
+    return qcow2_failed_error (err, false);
   qcow2_req_begin (img, &req);
   r = block_status_unlocked (img, offset, max, len, flags, err);
   qcow2_req_end (img, &req);
   if (r == 0 && img_failed (img))
-    r = read_failed (err);
+    r = qcow2_failed_error (err, false);
   return r;
 }
 
@@ -434,14 +169,14 @@ static int
 block_status_unlocked (struct qcow2_image *img, uint64_t offset, uint64_t max,
                        uint64_t *len, unsigned *flags, struct qcow2_error *err)
 {
-  struct run run;
+  struct qcow2_run run;
 
   if (max == 0 || offset >= img->size || max > img->size - offset)
     {
       qcow2_set_error (err, EINVAL, "block status beyond the end of the disk");
       return -1;
     }
-  if (locked_run (img, offset, max, &run, err) == -1)
+  if (qcow2_map_run (img, offset, max, &run, err) == -1)
     return -1;
   *len = run.len;
   switch (run.type)

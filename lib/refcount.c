@@ -113,13 +113,6 @@ qcow2_rc_entry_set (void *block, unsigned order, uint64_t i, uint64_t v)
     }
 }
 
-static int
-io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
-{
-  qcow2_set_error (err, -r, "%s at %#" PRIx64 ": %s", what, off, strerror (-r));
-  return -1;
-}
-
 /* Is a refcount block at 'off' acceptable?  Checked when the table is
  * loaded, so later code can trust the table.
  */
@@ -196,8 +189,8 @@ qcow2_rc_open (struct qcow2_image *img, unsigned cache_blocks,
   r = img->io->pread (img->io, rc->table, img->reftable_bytes,
                       img->reftable_offset);
   if (r < 0)
-    return io_error (err, r, "reading the refcount table",
-                     img->reftable_offset);
+    return qcow2_io_error_at (err, r, "reading the refcount table",
+                              img->reftable_offset);
   for (i = 0; i < rc->entries; ++i)
     {
       uint64_t e = get_be64 (&rc->table[i]);
@@ -246,7 +239,7 @@ write_slot (struct qcow2_image *img, struct rc_slot *s, struct qcow2_error *err)
   int r = qcow2_hostio_pwrite (img->io, s->data, img->cluster_size, s->offset);
 
   if (r < 0)
-    return io_error (err, r, "writing a refcount block", s->offset);
+    return qcow2_io_error_at (err, r, "writing a refcount block", s->offset);
   s->dirty = false;
   return 0;
 }
@@ -319,7 +312,7 @@ get_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
   r = img->io->pread (img->io, victim->data, img->cluster_size, rc->table[idx]);
   if (r < 0)
     {
-      io_error (err, r, "reading a refcount block", rc->table[idx]);
+      qcow2_io_error_at (err, r, "reading a refcount block", rc->table[idx]);
       return NULL;
     }
   victim->index = idx;
@@ -356,11 +349,9 @@ static int
 write_sync (struct qcow2_image *img, const void *buf, size_t len, uint64_t off,
             const char *what, struct qcow2_error *err)
 {
-  int r = qcow2_hostio_pwrite (img->io, buf, len, off);
+  int r = qcow2_write_sync (img->io, buf, len, off);
 
-  if (r == 0)
-    r = img->io->flush (img->io);
-  return r < 0 ? io_error (err, r, what, off) : 0;
+  return r < 0 ? qcow2_io_error_at (err, r, what, off) : 0;
 }
 
 static void
@@ -410,8 +401,9 @@ ensure_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
             return -1;
           if (rc->table[idx]) /* cannot happen: 'at' is counted elsewhere */
             {
-              qcow2_set_error (err, EIO, "refcount block %" PRIu64
-                               " appeared while placing it", idx);
+              qcow2_set_error (
+                  err, EIO,
+                  "refcount block %" PRIu64 " appeared while placing it", idx);
               return -1;
             }
           return qcow2_rc_install_blocks (img, &idx, &at, 1, err);
@@ -469,21 +461,17 @@ ensure_block (struct qcow2_image *img, uint64_t idx, struct qcow2_error *err)
   return qcow2_meta_add (img, QCOW2_META_REFBLOCK, cluster, err);
 }
 
-/* Grow the table so that index 'need_idx' exists.  Past everything in
- * use (cluster P) go the blocks the new area itself needs, then the new
- * table; both sizes depend on each other, so iterate to a fixed point.
+/* A new table for index need_idx and everything in use (from cluster
+ * p on): how many new blocks and table clusters go at p, iterated to a
+ * fixed point (they count themselves), at least doubling the table.
  */
 static int
-grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
+size_growth (struct qcow2_image *img, uint64_t need_idx, uint64_t p,
+             uint64_t *nblocksp, uint64_t *tclustersp, struct qcow2_error *err)
 {
   struct refcounts *rc = img->rc;
   const uint64_t cs = img->cluster_size, per_block = 1ULL << rc->block_bits;
-  uint64_t p = (img->host_end + cs - 1) >> img->cluster_bits;
-  uint64_t nblocks = 0, tclusters = 0, entries = 0, end, i, first, last;
-  uint64_t old_offset = img->reftable_offset, old_bytes = img->reftable_bytes;
-  uint64_t *table = NULL;
-  unsigned char *buf = NULL, hdr[12];
-  int ret = -1;
+  uint64_t nblocks = 0, tclusters = 0, end, i;
 
   for (;;)
     {
@@ -512,6 +500,103 @@ grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
       nblocks = nb;
       tclusters = tc;
     }
+  *nblocksp = nblocks;
+  *tclustersp = tclusters;
+  return 0;
+}
+
+/* The new area [p, end)'s refcounts (1 each): new blocks ('table' has
+ * their offsets, rc->table not yet) are written whole from 'buf'; an
+ * existing block covering part of it is updated through the cache.
+ */
+static int
+count_new_area (struct qcow2_image *img, const uint64_t *table,
+                unsigned char *buf, uint64_t p, uint64_t end,
+                struct qcow2_error *err)
+{
+  struct refcounts *rc = img->rc;
+  const uint64_t cs = img->cluster_size, per_block = 1ULL << rc->block_bits;
+  uint64_t i;
+
+  for (i = p / per_block; i <= (end - 1) / per_block; ++i)
+    {
+      uint64_t c, lo = i * per_block, hi = lo + per_block;
+      int r;
+
+      if (lo < p)
+        lo = p;
+      if (hi > end)
+        hi = end;
+      if (i >= rc->entries || rc->table[i] == 0)
+        {
+          memset (buf, 0, cs);
+          for (c = lo; c < hi; ++c)
+            qcow2_rc_entry_set (buf, rc->order, c - i * per_block, 1);
+          r = qcow2_hostio_pwrite (img->io, buf, cs, table[i]);
+          if (r < 0)
+            return qcow2_io_error_at (err, r, "writing a refcount block",
+                                      table[i]);
+        }
+      else
+        {
+          struct rc_slot *s = get_block (img, i, err);
+          if (s == NULL)
+            return -1;
+          for (c = lo; c < hi; ++c)
+            qcow2_rc_entry_set (s->data, rc->order, c - i * per_block, 1);
+          if (write_slot (img, s, err) == -1)
+            return -1;
+        }
+    }
+  return 0;
+}
+
+/* Flush the new blocks, then write the new table of 'entries' at
+ * cluster p + nblocks, synced.
+ */
+static int
+write_new_table (struct qcow2_image *img, const uint64_t *table,
+                 uint64_t entries, uint64_t p, uint64_t nblocks,
+                 struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+  uint64_t *be, i;
+  int r = img->io->flush (img->io);
+
+  if (r < 0)
+    return qcow2_io_error_at (err, r, "flushing new refcount blocks", p * cs);
+  be = malloc (entries * 8);
+  if (be == NULL)
+    {
+      qcow2_set_error (err, ENOMEM, "out of memory for the refcount table");
+      return -1;
+    }
+  for (i = 0; i < entries; ++i)
+    put_be64 (&be[i], table[i]);
+  r = write_sync (img, be, entries * 8, (p + nblocks) * cs,
+                  "writing the refcount table", err);
+  free (be);
+  return r;
+}
+
+/* Grow the table so that index 'need_idx' exists.  Past everything in
+ * use (cluster P) go the blocks the new area itself needs, then the new
+ * table; both sizes depend on each other, so iterate to a fixed point.
+ */
+static int
+grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
+{
+  struct refcounts *rc = img->rc;
+  const uint64_t cs = img->cluster_size, per_block = 1ULL << rc->block_bits;
+  const uint64_t p = (img->host_end + cs - 1) >> img->cluster_bits;
+  uint64_t nblocks, tclusters, entries, end, i, first, last, next_block;
+  uint64_t old_offset = img->reftable_offset, old_bytes = img->reftable_bytes;
+  uint64_t *table = NULL;
+  unsigned char *buf = NULL, hdr[12];
+  int ret = -1;
+
+  if (size_growth (img, need_idx, p, &nblocks, &tclusters, err) == -1)
+    return -1;
   entries = tclusters * cs / 8;
   end = p + nblocks + tclusters;
   if (img->io->fixed_size && end * cs > img->file_size)
@@ -534,73 +619,15 @@ grow_table (struct qcow2_image *img, uint64_t need_idx, struct qcow2_error *err)
   memcpy (table, rc->table, rc->entries * 8);
   first = p / per_block;
   last = (end - 1) / per_block;
-  {
-    uint64_t next_block = p;
-    for (i = first; i <= last; ++i)
-      if (table[i] == 0)
-        table[i] = next_block++ * cs;
-  }
-  /* The new area's refcounts: new blocks are written whole here; an
-   * existing block covering part of it is updated through the cache.
-   */
+  next_block = p;
   for (i = first; i <= last; ++i)
-    {
-      uint64_t c, lo = i * per_block, hi = lo + per_block;
-      int r;
-
-      if (lo < p)
-        lo = p;
-      if (hi > end)
-        hi = end;
-      if (i >= rc->entries || rc->table[i] == 0)
-        {
-          memset (buf, 0, cs);
-          for (c = lo; c < hi; ++c)
-            qcow2_rc_entry_set (buf, rc->order, c - i * per_block, 1);
-          r = qcow2_hostio_pwrite (img->io, buf, cs, table[i]);
-          if (r < 0)
-            {
-              io_error (err, r, "writing a refcount block", table[i]);
-              goto out;
-            }
-        }
-      else
-        {
-          struct rc_slot *s = get_block (img, i, err);
-          if (s == NULL)
-            goto out;
-          for (c = lo; c < hi; ++c)
-            qcow2_rc_entry_set (s->data, rc->order, c - i * per_block, 1);
-          if (write_slot (img, s, err) == -1)
-            goto out;
-        }
-    }
+    if (table[i] == 0)
+      table[i] = next_block++ * cs;
+  if (count_new_area (img, table, buf, p, end, err) == -1)
+    goto out;
   note_host_end (img, (p + nblocks) * cs);
-  {
-    int r = img->io->flush (img->io);
-    if (r < 0)
-      {
-        io_error (err, r, "flushing new refcount blocks", p * cs);
-        goto out;
-      }
-  }
-  {
-    uint64_t *be = malloc (entries * 8);
-    int r;
-
-    if (be == NULL)
-      {
-        qcow2_set_error (err, ENOMEM, "out of memory for the refcount table");
-        goto out;
-      }
-    for (i = 0; i < entries; ++i)
-      put_be64 (&be[i], table[i]);
-    r = write_sync (img, be, entries * 8, (p + nblocks) * cs,
-                    "writing the refcount table", err);
-    free (be);
-    if (r == -1)
-      goto out;
-  }
+  if (write_new_table (img, table, entries, p, nblocks, err) == -1)
+    goto out;
   note_host_end (img, end * cs);
   put_be64 (hdr, (p + nblocks) * cs);
   put_be32 (hdr + 8, tclusters);
@@ -726,6 +753,23 @@ qcow2_rc_highest_used (struct qcow2_image *img, uint64_t *cluster,
 
 /* ---- The linear layout (adopt.c, ensure_block) ---- */
 
+int
+qcow2_rc_record_blocks (struct qcow2_image *img, struct qcow2_error *err)
+{
+  uint64_t i, n = img->reftable_bytes / 8;
+
+  for (i = 0; i < n; ++i)
+    {
+      uint64_t off = qcow2_rc_block_at (img, i);
+      if (off
+          && qcow2_meta_add (img, QCOW2_META_REFBLOCK, off >> img->cluster_bits,
+                             err)
+                 == -1)
+        return -1;
+    }
+  return 0;
+}
+
 uint64_t
 qcow2_rc_block_at (const struct qcow2_image *img, uint64_t idx)
 {
@@ -775,14 +819,14 @@ qcow2_rc_install_blocks (struct qcow2_image *img, const uint64_t *idx,
       r = qcow2_hostio_pwrite (img->io, img->zero_buf, img->cluster_size,
                                at[i] << img->cluster_bits);
       if (r < 0)
-        return io_error (err, r, "writing a refcount block",
-                         at[i] << img->cluster_bits);
+        return qcow2_io_error_at (err, r, "writing a refcount block",
+                                  at[i] << img->cluster_bits);
     }
   if (qcow2_rc_write_dirty (img, err) == -1)
     return -1;
   r = img->io->flush (img->io);
   if (r < 0)
-    return io_error (err, r, "flushing new refcount blocks", 0);
+    return qcow2_io_error_at (err, r, "flushing new refcount blocks", 0);
 
   /* 2. The table entries, then a flush. */
   for (i = 0; i < n; ++i)
@@ -791,12 +835,13 @@ qcow2_rc_install_blocks (struct qcow2_image *img, const uint64_t *idx,
       r = qcow2_hostio_pwrite (img->io, entry, 8,
                                img->reftable_offset + idx[i] * 8);
       if (r < 0)
-        return io_error (err, r, "writing the refcount table",
-                         img->reftable_offset + idx[i] * 8);
+        return qcow2_io_error_at (err, r, "writing the refcount table",
+                                  img->reftable_offset + idx[i] * 8);
       rc->table[idx[i]] = at[i] << img->cluster_bits;
       if (qcow2_meta_add (img, QCOW2_META_REFBLOCK, at[i], err) == -1)
         return -1;
     }
   r = img->io->flush (img->io);
-  return r < 0 ? io_error (err, r, "flushing the refcount table", 0) : 0;
+  return r < 0 ? qcow2_io_error_at (err, r, "flushing the refcount table", 0)
+               : 0;
 }

@@ -9,9 +9,9 @@
  * backing file, zeroes, the decompressed or shared data), copied in the
  * same pwritev as the request's data; then the L2 entry points at it.
  * The old cluster's reference is dropped after the commit that removes
- * it (commit.c).  An L2 table shared with a snapshot (no COPIED flag in
- * the L1 entry) is first copied for the active layer (cow_l2).  The data is
- * durable before the entry that points at it because every entry is written
+ * it (commit.c).  The tables come from mapping.c (made if missing, an
+ * L2 table shared with a snapshot copied first).  The data is durable
+ * before the entry that points at it because every entry is written
  * only in a commit's second phase.
  *
  * Requests run in parallel (see lib/WRITING.md, "Locking"): each
@@ -33,167 +33,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "qcow2-internal.h"
-
-static int
-failed_image (struct qcow2_image *img, struct qcow2_error *err)
-{
-  qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
-  return -1;
-}
 
 #define RETRY QCOW2_RETRY
 
-/* A slot for the table at 'offset': 0, RETRY or -1. */
-static int
-get_write (struct qcow2_image *img, uint64_t offset, bool fresh,
-           struct l2_ref *ref, struct qcow2_error *err)
-{
-  int r = l2_cache_get_write (img->l2, offset, fresh, ref);
-
-  if (r == -EAGAIN)
-    return RETRY;
-  if (r < 0)
-    {
-      qcow2_set_error (err, -r, "L2 table at %#" PRIx64 ": %s", offset,
-                       strerror (-r));
-      return -1;
-    }
-  return 0;
-}
-
-/* The table at 'old' is shared (with a snapshot): give the active L1
- * its own copy.  The data clusters keep their counts (one per L1 table
- * that reaches them, through either copy); the new table is counted
- * once, and the old one loses the active L1's reference after the
- * commit that points the L1 entry at the copy.  0, RETRY or -1.
+/* WITHOUT the lock, in registered request 'req' that holds no entry it
+ * looked up before (between runs of a write): commit, let the reuse
+ * barrier pass this request, wait for the requests older than the
+ * commit and apply the frees they held back, so that an allocation
+ * that found no space can find the clusters freed meanwhile.
  */
 static int
-cow_l2 (struct qcow2_image *img, uint64_t l1_idx, uint64_t old,
-        struct l2_ref *ref, struct qcow2_error *err)
+reclaim (struct qcow2_image *img, struct qcow2_req *req,
+         struct qcow2_error *err)
 {
-  struct l2_ref src;
-  uint64_t c;
   int r;
 
-  r = l2_cache_get (img->l2, old, &src);
-  if (r < 0)
-    {
-      qcow2_set_error (err, -r, "reading L2 table at %#" PRIx64 ": %s", old,
-                       strerror (-r));
-      return -1;
-    }
-  if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1
-      || qcow2_meta_add (img, QCOW2_META_L2, c, err) == -1)
-    {
-      l2_cache_put (&src);
-      return -1;
-    }
-  r = get_write (img, c << img->cluster_bits, true, ref, err);
-  if (r == 0)
-    memcpy ((void *)ref->table, src.table, img->cluster_size);
-  l2_cache_put (&src);
-  if (r == RETRY)
-    {
-      /* Nothing refers to c: give it back now. */
-      qcow2_meta_remove (img, c);
-      if (qcow2_rc_update (img, c, -1, err) == -1)
-        return -1;
-      qcow2_alloc_reuse (img, c);
-    }
-  if (r != 0)
-    return r;
-  if (qcow2_free_after_commit (img, old >> img->cluster_bits, err) == -1)
-    {
-      l2_cache_put (ref);
-      return -1;
-    }
-  /* The old table stays a snapshot's (not checked, as in qemu). */
-  qcow2_meta_remove (img, old >> img->cluster_bits);
-  img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
-  qcow2_l1_mark_dirty (img, l1_idx);
-  return 0;
-}
-
-/* The L2 table covering L1 index 'l1_idx', made if missing.  0, RETRY
- * or -1.
- */
-int
-qcow2_get_l2_for_write (struct qcow2_image *img, uint64_t l1_idx,
-                        struct l2_ref *ref, struct qcow2_error *err)
-{
-  uint64_t l1e = img->l1[l1_idx];
-  uint64_t l2_off = l1e & L1E_OFFSET_MASK, c;
-  int r;
-
-  if (l2_off == 0)
-    {
-      if (qcow2_alloc_cluster (img, true, 0, &c, err) == -1
-          || qcow2_meta_add (img, QCOW2_META_L2, c, err) == -1)
-        return -1;
-      r = get_write (img, c << img->cluster_bits, true, ref, err);
-      if (r == RETRY)
-        {
-          /* Nothing refers to c: give it back now. */
-          qcow2_meta_remove (img, c);
-          if (qcow2_rc_update (img, c, -1, err) == -1)
-            return -1;
-          qcow2_alloc_reuse (img, c);
-        }
-      if (r != 0)
-        return r; /* on error c stays counted: a leak, never corruption */
-      img->l1[l1_idx] = (c << img->cluster_bits) | OFLAG_COPIED;
-      qcow2_l1_mark_dirty (img, l1_idx);
-      return 0;
-    }
-  if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
+  if (qcow2_commit (img, err) == -1)
     return -1;
-  if (!(l1e & OFLAG_COPIED))
-    return cow_l2 (img, l1_idx, l2_off, ref, err);
-  return get_write (img, l2_off, false, ref, err);
-}
+  qcow2_req_wait_older (img, req);
 
-/* Drop the references entry 'e' holds (a COPIED cluster's too if
- * 'copied'), after the next commit.
- */
-int
-qcow2_free_entry (struct qcow2_image *img, uint64_t e, bool copied,
-                  uint64_t guest, struct qcow2_error *err)
-{
-  /* Never a metadata cluster, whatever a hostile entry says. */
-  if (qcow2_meta_check_entry (img, e, copied, err) == -1)
-    return -1;
-  if (e & OFLAG_COMPRESSED)
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
+  r = img_failed (img) ? 0 : qcow2_apply_deferred (img, err);
+  if (r == -1)
     {
-      /* Its sectors may share host clusters with neighbours: each host
-       * cluster it touches holds one reference for it.
-       */
-      uint64_t coffset = e & img->coffset_mask;
-      uint64_t nb = ((e >> img->csize_shift) & img->csize_mask) + 1;
-      uint64_t start = coffset & ~511ULL, end = start + nb * 512, c;
-
-      for (c = start >> img->cluster_bits; c <= (end - 1) >> img->cluster_bits;
-           ++c)
-        if (qcow2_free_after_commit (img, c, err) == -1)
-          return -1;
-      return 0;
+      img_set_failed (img);
+      return -1;
     }
-  if ((e & L2E_OFFSET_MASK) && (copied || !(e & OFLAG_COPIED)))
-    {
-      if (qcow2_free_after_commit (
-              img, (e & L2E_OFFSET_MASK) >> img->cluster_bits, err)
-          == -1)
-        return -1;
-      qcow2_alloc_note_drop (img, e, guest);
-    }
+  qcow2_alloc_after_reclaim (img);
   return 0;
-}
-
-static int
-io_error (struct qcow2_error *err, int r, const char *what, uint64_t off)
-{
-  qcow2_set_error (err, -r, "%s at %#" PRIx64 ": %s", what, off, strerror (-r));
-  return -1;
 }
 
 /* One guest cluster of a run being written: where its bytes go on the
@@ -252,20 +121,18 @@ prepare_slot (struct qcow2_image *img, uint64_t off, uint64_t n,
               struct wslot *s, struct qcow2_error *err)
 {
   const uint64_t l1_idx = off >> (img->cluster_bits + img->l2_bits);
-  const uint64_t l2_idx
-      = (off >> img->cluster_bits) & ((1ULL << img->l2_bits) - 1);
   uint64_t c, v;
   int r;
 
   if (img_failed (img))
-    return failed_image (img, err);
+    return qcow2_failed_error (err, true);
   r = qcow2_get_l2_for_write (img, l1_idx, &s->ref, err);
   if (r != 0)
     return r;
   s->off = off;
   s->n = n;
   s->fill = NULL;
-  s->ent = (uint64_t *)((char *)s->ref.table + l2_idx * img->l2_entry_bytes);
+  s->ent = qcow2_l2_entry (img, &s->ref, off >> img->cluster_bits);
   s->e = get_be64 (s->ent);
   s->bm = img->ext_l2 ? get_be64 (s->ent + 1) : 0;
   s->host = s->e & L2E_OFFSET_MASK;
@@ -439,7 +306,7 @@ write_run (struct qcow2_image *img, const char *data, struct wslot *run,
     iov[niov++] = (struct iovec){ last->fill + tail, cs - tail };
   r = img->io->pwritev (img->io, iov, niov, start);
   if (r < 0)
-    return io_error (err, r, "writing data", start);
+    return qcow2_io_error_at (err, r, "writing data", start);
   return 0;
 }
 
@@ -458,121 +325,161 @@ write_run (struct qcow2_image *img, const char *data, struct wslot *run,
  */
 #define RECLAIM_MAX 4
 
+/* A write in progress: the slots prepared, run[0, n_write) the ones
+ * the next host write covers, and what is left of the request.
+ */
+struct wstate
+{
+  struct qcow2_req *req;
+  struct wslot *run; /* RUN_MAX slots */
+  unsigned n_run, n_write, reclaims;
+  const char *run_data; /* the data of run[0] */
+  uint64_t off, count;  /* not prepared yet */
+};
+
+/* Under the lock, dropping it on purpose for the call: reclaim. */
+static int
+reclaim_relock (struct qcow2_image *img, struct qcow2_req *req,
+                struct qcow2_error *err)
+{
+  int r;
+
+  pthread_rwlock_unlock (&img->lock);
+  r = reclaim (img, req, err);
+  pthread_rwlock_wrlock (&img->lock);
+  return r;
+}
+
+/* 1. Under the lock: prepare clusters while they continue run[0]'s
+ * host bytes; a prepared one that does not starts the next run.  0 or
+ * -1 (the caller drops the slots).
+ */
+static int
+prepare_run (struct qcow2_image *img, struct wstate *w, struct qcow2_error *err)
+{
+  const uint64_t cs = img->cluster_size;
+  int r;
+
+  w->n_write = w->n_run;
+  while (w->count > 0 && w->n_run < RUN_MAX && w->n_write == w->n_run)
+    {
+      uint64_t n = cs - (w->off & (cs - 1));
+      if (n > w->count)
+        n = w->count;
+      /* Frees waiting for a commit are reclaimed before going past
+       * what a fully allocated image needs.
+       */
+      img->alloc_strict = w->reclaims < RECLAIM_MAX;
+      r = prepare_slot (img, w->off, n, &w->run[w->n_run], err);
+      img->alloc_strict = false;
+      /* ENOSPC changed nothing of this cluster (an L2 table it made
+       * stays).  Write what is prepared first; then, holding no entry
+       * looked up before, reclaim what waits and retry.
+       */
+      if (r == -1 && err->errnum == ENOSPC && w->n_run > 0)
+        break;
+      if (r == -1 && err->errnum == ENOSPC && w->reclaims < RECLAIM_MAX
+          && qcow2_alloc_frees_waiting (img))
+        {
+          w->reclaims++;
+          if (reclaim_relock (img, w->req, err) == -1)
+            return -1;
+          continue;
+        }
+      if (r == RETRY && w->n_run == 0)
+        {
+          /* Every slot is dirty: let a commit clean them.  Nothing of
+           * this cluster has changed yet.
+           */
+          if (qcow2_commit_relock (img, err) == -1)
+            return -1;
+          continue;
+        }
+      if (r == RETRY)
+        break; /* write what is prepared, then commit if need be */
+      if (r == -1)
+        return -1;
+      w->n_run++;
+      w->off += n;
+      w->count -= n;
+      if (w->n_run == 1
+          || slot_start (img, &w->run[w->n_run - 1])
+                 == slot_end (img, &w->run[w->n_run - 2]))
+        w->n_write = w->n_run;
+    }
+  return 0;
+}
+
+/* 3. Under the lock: the entries of run[0, n_write) point at the data,
+ * which is complete; the rest of the run moves up.  0, or -1 with
+ * every slot let go.
+ */
+static int
+link_run (struct qcow2_image *img, struct wstate *w, struct qcow2_error *err)
+{
+  unsigned i;
+
+  for (i = 0; i < w->n_write; ++i)
+    {
+      int r = link_slot (img, &w->run[i], err);
+
+      free_fill (img, &w->run[i]);
+      if (r == -1)
+        {
+          drop_slots (img, w->run + i + 1, w->n_run - i - 1);
+          return -1;
+        }
+      w->run_data += w->run[i].n;
+    }
+  memmove (w->run, w->run + w->n_write,
+           (w->n_run - w->n_write) * sizeof w->run[0]);
+  w->n_run -= w->n_write;
+  return 0;
+}
+
 int
 qcow2_write_claimed (struct qcow2_image *img, struct qcow2_req *req,
                      const char *data, uint64_t off, uint64_t count,
                      struct qcow2_error *err)
 {
-  const uint64_t cs = img->cluster_size;
   struct wslot run[RUN_MAX];
-  unsigned n_run = 0, n_write, i, reclaims = 0;
-  const char *run_data = data; /* the data of run[0] */
-  int r = 0;
+  struct wstate w = {
+    .req = req, .run = run, .run_data = data, .off = off, .count = count
+  };
+  /* Held throughout, except that it is dropped on purpose around the
+   * data write, commits and reclaims: never held across data I/O.
+   */
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
+  int r;
 
-  pthread_rwlock_wrlock (&img->lock);
-  while (count > 0 || n_run > 0)
+  while (w.count > 0 || w.n_run > 0)
     {
-      /* 1. Under the lock: prepare clusters while they continue run[0]'s
-       * host bytes.  A prepared one that does not starts the next run.
-       */
-      n_write = n_run;
-      while (count > 0 && n_run < RUN_MAX && n_write == n_run)
-        {
-          uint64_t n = cs - (off & (cs - 1));
-          if (n > count)
-            n = count;
-          /* Frees waiting for a commit are reclaimed before going
-           * past what a fully allocated image needs.
-           */
-          img->alloc_strict = reclaims < RECLAIM_MAX;
-          r = prepare_slot (img, off, n, &run[n_run], err);
-          img->alloc_strict = false;
-          /* ENOSPC changed nothing of this cluster (an L2 table it
-           * made stays).  Write what is prepared first; then, holding
-           * no entry looked up before, reclaim what waits and retry.
-           */
-          if (r == -1 && err->errnum == ENOSPC && n_run > 0)
-            break;
-          if (r == -1 && err->errnum == ENOSPC && reclaims < RECLAIM_MAX
-              && (img->npending > 0 || img->commit.nfrees > 0
-                  || img->ndeferred > 0))
-            {
-              reclaims++;
-              pthread_rwlock_unlock (&img->lock);
-              r = qcow2_reclaim (img, req, err);
-              pthread_rwlock_wrlock (&img->lock);
-              if (r == -1)
-                goto fail;
-              continue;
-            }
-          if (r == RETRY && n_run == 0)
-            {
-              /* Every slot is dirty: let a commit clean them.  Nothing
-               * of this cluster has changed yet.
-               */
-              pthread_rwlock_unlock (&img->lock);
-              r = qcow2_commit (img, err);
-              pthread_rwlock_wrlock (&img->lock);
-              if (r == -1)
-                goto fail;
-              continue;
-            }
-          if (r == RETRY)
-            break; /* write what is prepared, then commit if need be */
-          if (r == -1)
-            goto fail;
-          n_run++;
-          off += n;
-          count -= n;
-          if (n_run == 1
-              || slot_start (img, &run[n_run - 1])
-                     == slot_end (img, &run[n_run - 2]))
-            n_write = n_run;
-        }
-      r = 0;
-
+      if (prepare_run (img, &w, err) == -1)
+        goto fail;
       /* 2. Without the lock: the data (and what the guest reads around
        * it in new clusters).
        */
       pthread_rwlock_unlock (&img->lock);
-      r = write_run (img, run_data, run, n_write, err);
+      r = write_run (img, w.run_data, w.run, w.n_write, err);
       pthread_rwlock_wrlock (&img->lock);
       if (r == -1)
         goto fail;
-
-      /* 3. Under the lock: the entries point at the data, which is
-       * complete.
-       */
-      for (i = 0; i < n_write; ++i)
-        {
-          r = link_slot (img, &run[i], err);
-          free_fill (img, &run[i]);
-          if (r == -1)
-            {
-              drop_slots (img, run + i + 1, n_run - i - 1);
-              goto out;
-            }
-          run_data += run[i].n;
-        }
-      memmove (run, run + n_write, (n_run - n_write) * sizeof run[0]);
-      n_run -= n_write;
+      if (link_run (img, &w, err) == -1)
+        return -1;
     }
-out:
-  pthread_rwlock_unlock (&img->lock);
-  return r;
+  return 0;
 
 fail:
-  drop_slots (img, run, n_run);
-  r = -1;
-  goto out;
+  drop_slots (img, w.run, w.n_run);
+  return -1;
 }
 
 /* Whether a write or zero of [offset, offset + count) may go ahead:
  * the image is writable and the range is inside the disk.
  */
-int
-qcow2_check_change (struct qcow2_image *img, uint64_t count, uint64_t offset,
-                    const char *what, struct qcow2_error *err)
+static int
+check_change (struct qcow2_image *img, uint64_t count, uint64_t offset,
+              const char *what, struct qcow2_error *err)
 {
   if (!img->writable)
     {
@@ -588,23 +495,25 @@ qcow2_check_change (struct qcow2_image *img, uint64_t count, uint64_t offset,
 }
 
 int
-qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
-              uint64_t offset, struct qcow2_error *err)
+qcow2_change_begin (struct qcow2_image *img, struct qcow2_claim *claim,
+                    struct qcow2_req *req, uint64_t offset, uint64_t count,
+                    const char *what, struct qcow2_error *err)
 {
-  const char *p = buf;
-  struct qcow2_claim claim;
-  struct qcow2_req req;
-  int r = 0;
-
-  if (qcow2_check_change (img, count, offset, "write", err) == -1)
+  if (check_change (img, count, offset, what, err) == -1)
     return -1;
   if (img_failed (img))
-    return failed_image (img, err);
+    return qcow2_failed_error (err, true);
   if (count == 0)
     return 0;
-  qcow2_claim_range (img, &claim, offset, count);
-  qcow2_req_begin (img, &req);
-  r = qcow2_write_claimed (img, &req, p, offset, count, err);
+  qcow2_claim_range (img, claim, offset, count);
+  qcow2_req_begin (img, req);
+  return 1;
+}
+
+void
+qcow2_change_end (struct qcow2_image *img, struct qcow2_claim *claim,
+                  struct qcow2_req *req, int r, const struct qcow2_error *err)
+{
   /* Metadata in memory may be half-changed: refuse further writes
    * rather than commit a guess.  Not after ENOSPC: what failed to
    * allocate changed nothing, a data write that failed is not linked
@@ -613,8 +522,22 @@ qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
    */
   if (r == -1 && err->errnum != ENOSPC)
     img_set_failed (img);
-  qcow2_unclaim (img, &claim);
-  qcow2_req_end (img, &req);
+  qcow2_unclaim (img, claim);
+  qcow2_req_end (img, req);
+}
+
+int
+qcow2_pwrite (struct qcow2_image *img, const void *buf, size_t count,
+              uint64_t offset, struct qcow2_error *err)
+{
+  struct qcow2_claim claim;
+  struct qcow2_req req;
+  int r = qcow2_change_begin (img, &claim, &req, offset, count, "write", err);
+
+  if (r <= 0)
+    return r;
+  r = qcow2_write_claimed (img, &req, buf, offset, count, err);
+  qcow2_change_end (img, &claim, &req, r, err);
   return r;
 }
 

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "qcow2-internal.h"
 
 enum mode
@@ -84,15 +85,6 @@ reads_zero (struct qcow2_image *img, unsigned char *buf, uint64_t off,
     return -1;
   *zero = memcmp (buf, img->zero_buf, n) == 0;
   return 0;
-}
-
-/* The entry of guest cluster 'gc' in the table 'ref' holds. */
-static uint64_t *
-entry_of (const struct qcow2_image *img, const struct l2_ref *ref, uint64_t gc)
-{
-  const uint64_t l2_idx = gc & ((1ULL << img->l2_bits) - 1);
-
-  return (uint64_t *)((char *)ref->table + l2_idx * img->l2_entry_bytes);
 }
 
 /* Under the lock (exclusive), the cluster claimed, its table 'ref' held
@@ -152,7 +144,7 @@ zero_cluster (struct qcow2_image *img, uint64_t gc, enum mode mode,
   r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
   if (r != 0)
     return r;
-  r = zero_entry (img, &ref, entry_of (img, &ref, gc), gc, backing_shows,
+  r = zero_entry (img, &ref, qcow2_l2_entry (img, &ref, gc), gc, backing_shows,
                   mode, err);
   l2_cache_put (&ref);
   return r;
@@ -186,7 +178,7 @@ zero_subclusters (struct qcow2_image *img, uint64_t lo, uint64_t hi,
   r = qcow2_get_l2_for_write (img, l1_idx, &ref, err);
   if (r != 0)
     return r;
-  ent = entry_of (img, &ref, gc);
+  ent = qcow2_l2_entry (img, &ref, gc);
   e = get_be64 (ent);
   bm = get_be64 (ent + 1);
   want_bm = (bm | mask << 32) & ~mask;
@@ -211,43 +203,6 @@ zero_subclusters (struct qcow2_image *img, uint64_t lo, uint64_t hi,
       l2_cache_mark_dirty (&ref);
     }
   l2_cache_put (&ref);
-  return r;
-}
-
-/* Is the guest cluster at 'goff' compressed?  Takes the lock (shared);
- * the caller's claim keeps the answer true until its request ends.
- */
-static int
-cluster_compressed (struct qcow2_image *img, uint64_t goff, bool *compressed,
-                    struct qcow2_error *err)
-{
-  const uint64_t gc = goff >> img->cluster_bits;
-  const uint64_t l1_idx = gc >> img->l2_bits;
-  struct l2_ref ref;
-  uint64_t l2_off;
-  int r = 0;
-
-  *compressed = false;
-  pthread_rwlock_rdlock (&img->lock);
-  l2_off = img->l1[l1_idx] & L1E_OFFSET_MASK;
-  if (l2_off != 0)
-    {
-      if (qcow2_check_l2_offset (img, l2_off, l1_idx, err) == -1)
-        r = -1;
-      else if ((r = l2_cache_get (img->l2, l2_off, &ref)) < 0)
-        {
-          qcow2_set_error (err, -r, "reading L2 table at %#" PRIx64 ": %s",
-                           l2_off, strerror (-r));
-          r = -1;
-        }
-      else
-        {
-          *compressed
-              = (get_be64 (entry_of (img, &ref, gc)) & OFLAG_COMPRESSED) != 0;
-          l2_cache_put (&ref);
-        }
-    }
-  pthread_rwlock_unlock (&img->lock);
   return r;
 }
 
@@ -294,26 +249,21 @@ split_range (const struct qcow2_image *img, unsigned bits, uint64_t lo,
   *b = wb;
 }
 
-static int
-failed_image (struct qcow2_image *img, struct qcow2_error *err)
-{
-  qcow2_set_error (err, EIO, "the image failed earlier and is read-only");
-  return -1;
-}
-
-/* Commit with the lock dropped (every cache slot is dirty), then take
- * it again: 0 or -1.
+/* Under the lock, dropping it on purpose for the write: zeroes written
+ * over [lo, hi) (up to the disk's end), the fallback.  0 or -1.
  */
 static int
-commit_relock (struct qcow2_image *img, struct qcow2_error *err)
+write_zeroes_relock (struct qcow2_image *img, struct qcow2_req *req,
+                     uint64_t lo, uint64_t hi, struct qcow2_error *err)
 {
   int r;
 
+  if (hi > img->size)
+    hi = img->size;
   pthread_rwlock_unlock (&img->lock);
-  r = qcow2_commit (img, err);
+  r = qcow2_write_claimed (img, req, (const char *)img->zero_buf, lo, hi - lo,
+                           err);
   pthread_rwlock_wrlock (&img->lock);
-  if (r == 0 && img_failed (img))
-    r = failed_image (img, err);
   return r;
 }
 
@@ -330,10 +280,13 @@ zero_entries (struct qcow2_image *img, struct qcow2_req *req,
   uint64_t gc = first, lo, hi;
   unsigned i = 0;
   int r = 0;
+  /* Dropped on purpose around fallback writes and commits (the
+   * relock helpers), held again when they return.
+   */
+  ACQUIRE_WRLOCK_FOR_CURRENT_SCOPE (&img->lock);
 
-  pthread_rwlock_wrlock (&img->lock);
   if (img_failed (img))
-    r = failed_image (img, err);
+    return qcow2_failed_error (err, true);
   while (r == 0 && (i < 2 || gc < last))
     {
       if (i < 2)
@@ -363,17 +316,10 @@ zero_entries (struct qcow2_image *img, struct qcow2_req *req,
           r = zero_cluster (img, gc, mode, err);
         }
       if (r == FALLBACK)
-        {
-          if (hi > img->size)
-            hi = img->size;
-          pthread_rwlock_unlock (&img->lock);
-          r = qcow2_write_claimed (img, req, (const char *)img->zero_buf,
-                                   lo, hi - lo, err);
-          pthread_rwlock_wrlock (&img->lock);
-        }
+        r = write_zeroes_relock (img, req, lo, hi, err);
       if (r == QCOW2_RETRY)
         {
-          r = commit_relock (img, err);
+          r = qcow2_commit_relock (img, err);
           continue;
         }
       if (i < 2)
@@ -381,121 +327,153 @@ zero_entries (struct qcow2_image *img, struct qcow2_req *req,
       else
         gc++;
     }
-  pthread_rwlock_unlock (&img->lock);
   return r;
+}
+
+/* What a zero request does besides its entries: the pieces of the
+ * partial clusters that may need zeroes written, the whole subclusters
+ * of those clusters (extended L2), and the whole clusters [a, b).
+ */
+struct zplan
+{
+  struct edge part[4];
+  unsigned nparts;
+  struct edge sub[2];
+  uint64_t a, b;
+};
+
+/* A fast zero refused (err set): nothing changed. */
+#define REFUSED 3
+
+/* The claim held: plan the partial clusters 'edge' (a discard leaves
+ * them alone): with a bitmap, their whole subclusters only change bits
+ * and the rest is written; without (no extended L2, or compressed), all
+ * of them is written.  0 or -1.
+ */
+static int
+plan_edges (struct qcow2_image *img, enum mode mode, const struct edge edge[2],
+            struct zplan *p, struct qcow2_error *err)
+{
+  unsigned i, j;
+
+  for (i = 0; mode != DISCARD && i < 2; ++i)
+    {
+      bool bitmap = img->ext_l2, compressed;
+      struct edge piece[2];
+
+      if (edge[i].hi <= edge[i].lo)
+        continue;
+      if (bitmap)
+        {
+          if (qcow2_map_compressed (img, edge[i].lo, &compressed, err) == -1)
+            return -1;
+          bitmap = !compressed;
+        }
+      if (!bitmap)
+        {
+          p->part[p->nparts++] = edge[i];
+          continue;
+        }
+      split_range (img, img->sc_bits, edge[i].lo, edge[i].hi, piece,
+                   &p->sub[i].lo, &p->sub[i].hi);
+      for (j = 0; j < 2; ++j)
+        if (piece[j].hi > piece[j].lo)
+          p->part[p->nparts++] = piece[j];
+    }
+  return 0;
+}
+
+/* Everything that would need data written, before changing anything:
+ * a fast zero must fail untouched (the claim keeps the answer true
+ * until the changes).  0, REFUSED or -1.
+ */
+static int
+check_parts (struct qcow2_image *img, struct zplan *p, bool fast,
+             struct qcow2_error *err)
+{
+  unsigned char *buf = NULL;
+  unsigned i;
+  int r = 0;
+
+  for (i = 0; r == 0 && i < p->nparts; ++i)
+    {
+      struct edge *e = &p->part[i];
+      bool zero;
+
+      if (buf == NULL && (buf = qcow2_scratch_get (img, err)) == NULL)
+        return -1;
+      if (reads_zero (img, buf, e->lo, e->hi - e->lo, &zero, err) == -1)
+        {
+          r = -1;
+          break;
+        }
+      /* Zeroes read through this layer alone prove nothing about the
+       * chain when its backing file is not open.
+       */
+      e->needed = !zero || backing_unknown (img);
+      if (fast && !zero)
+        r = REFUSED;
+    }
+  qcow2_scratch_put (img, buf);
+  if (r == 0 && fast && img->version < 3 && p->a < p->b
+      && (backing_unknown (img)
+          || (img->backing_ops && p->a < img->backing_size)))
+    r = REFUSED;
+  if (r == REFUSED)
+    qcow2_set_error (err, ENOTSUP, "a fast zero would have to write data");
+  return r;
+}
+
+/* The range claimed, 'req' registered: zero [offset, end).  0, REFUSED
+ * or -1.
+ */
+static int
+zero_claimed (struct qcow2_image *img, struct qcow2_req *req, uint64_t offset,
+              uint64_t end, enum mode mode, bool fast, struct qcow2_error *err)
+{
+  struct edge edge[2]; /* the partial clusters */
+  struct zplan p;
+  unsigned i;
+  int r;
+
+  memset (&p, 0, sizeof p);
+  split_range (img, img->cluster_bits, offset, end, edge, &p.a, &p.b);
+  if (plan_edges (img, mode, edge, &p, err) == -1)
+    return -1;
+  r = check_parts (img, &p, fast, err);
+  if (r != 0)
+    return r;
+  /* The partial pieces first: a write makes a whole extended L2
+   * cluster all data, and the bits set below must come after it.
+   */
+  for (i = 0; i < p.nparts; ++i)
+    if (p.part[i].needed
+        && qcow2_write_claimed (img, req, (const char *)img->zero_buf,
+                                p.part[i].lo, p.part[i].hi - p.part[i].lo, err)
+               == -1)
+      return -1;
+  if (p.a < p.b || p.sub[0].lo < p.sub[0].hi || p.sub[1].lo < p.sub[1].hi)
+    return zero_entries (img, req, p.sub, p.a >> img->cluster_bits,
+                         p.b >> img->cluster_bits, mode, err);
+  return 0;
 }
 
 static int
 do_zero (struct qcow2_image *img, uint64_t offset, uint64_t count,
          enum mode mode, bool fast, struct qcow2_error *err)
 {
-  const uint64_t end = offset + count;
   struct qcow2_claim claim;
   struct qcow2_req req;
-  struct edge edge[2]; /* the partial clusters */
-  struct edge part[4]; /* the pieces that may need zeroes written */
-  struct edge sub[2];  /* whole subclusters of edge[i] (extended L2) */
-  unsigned char *buf = NULL;
-  uint64_t a, b;
-  unsigned i, j, nparts = 0;
-  int r = 0;
+  int r = qcow2_change_begin (img, &claim, &req, offset, count, "zero", err);
 
-  if (qcow2_check_change (img, count, offset, "zero", err) == -1)
-    return -1;
-  if (img_failed (img))
-    return failed_image (img, err);
-  if (count == 0)
-    return 0;
-  split_range (img, img->cluster_bits, offset, end, edge, &a, &b);
-  memset (sub, 0, sizeof sub);
-
-  qcow2_claim_range (img, &claim, offset, count);
-  qcow2_req_begin (img, &req);
-  /* The partial clusters (a discard leaves them alone): with a bitmap,
-   * their whole subclusters only change bits and the rest is written;
-   * without (no extended L2, or compressed), all of them is written.
+  if (r <= 0)
+    return r;
+  r = zero_claimed (img, &req, offset, offset + count, mode, fast, err);
+  /* As for writes (write.c): ENOSPC left the image consistent, and a
+   * refused fast zero changed nothing.
    */
-  for (i = 0; mode != DISCARD && i < 2; ++i)
-    if (edge[i].hi > edge[i].lo)
-      {
-        bool bitmap = img->ext_l2, compressed;
-        struct edge piece[2];
-
-        if (bitmap)
-          {
-            if (cluster_compressed (img, edge[i].lo, &compressed, err) == -1)
-              goto fail;
-            bitmap = !compressed;
-          }
-        if (!bitmap)
-          {
-            part[nparts++] = edge[i];
-            continue;
-          }
-        split_range (img, img->sc_bits, edge[i].lo, edge[i].hi, piece,
-                     &sub[i].lo, &sub[i].hi);
-        for (j = 0; j < 2; ++j)
-          if (piece[j].hi > piece[j].lo)
-            part[nparts++] = piece[j];
-      }
-
-  /* Everything that would need data written, before changing anything:
-   * a fast zero must fail untouched.  The claim keeps it true until the
-   * changes below.
-   */
-  for (i = 0; i < nparts; ++i)
-    {
-      bool zero;
-
-      if (buf == NULL && (buf = qcow2_scratch_get (img, err)) == NULL)
-        goto fail;
-      if (reads_zero (img, buf, part[i].lo, part[i].hi - part[i].lo, &zero, err)
-          == -1)
-        goto fail;
-      /* Zeroes read through this layer alone prove nothing about the
-       * chain when its backing file is not open.
-       */
-      part[i].needed = !zero || backing_unknown (img);
-      if (fast && !zero)
-        goto notsup;
-    }
-  if (fast && img->version < 3 && a < b
-      && (backing_unknown (img)
-          || (img->backing_ops && a < img->backing_size)))
-    goto notsup;
-
-  /* The partial pieces first: a write makes a whole extended L2
-   * cluster all data, and the bits set below must come after it.
-   */
-  for (i = 0; i < nparts; ++i)
-    if (part[i].needed
-        && qcow2_write_claimed (img, &req, (const char *)img->zero_buf,
-                                part[i].lo, part[i].hi - part[i].lo, err)
-               == -1)
-      goto fail;
-
-  if ((a < b || sub[0].lo < sub[0].hi || sub[1].lo < sub[1].hi)
-      && zero_entries (img, &req, sub, a >> img->cluster_bits,
-                       b >> img->cluster_bits, mode, err)
-             == -1)
-    goto fail;
-  r = 0;
-  goto out;
-
-notsup:
-  qcow2_set_error (err, ENOTSUP, "a fast zero would have to write data");
-  r = -1;
-  goto out;
-fail:
-  /* As for writes (write.c): ENOSPC left the image consistent. */
-  if (err->errnum != ENOSPC)
-    img_set_failed (img);
-  r = -1;
-out:
-  qcow2_scratch_put (img, buf);
-  qcow2_unclaim (img, &claim);
-  qcow2_req_end (img, &req);
-  return r;
+  qcow2_change_end (img, &claim, &req, r == REFUSED ? 0 : r, err);
+  return r == REFUSED ? -1 : r;
 }
 
 int

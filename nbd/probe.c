@@ -17,28 +17,16 @@
 #include <linux/fs.h>
 #endif
 
+#include "byte-order.h"
 #include "image-magic.h"
 #include "probe.h"
 #include "set-error.h"
 
-static uint32_t
-be32 (const unsigned char *p)
-{
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8
-         | p[3];
-}
-
-static uint64_t
-be64 (const unsigned char *p)
-{
-  return (uint64_t)be32 (p) << 32 | be32 (p + 4);
-}
-
 static bool
 is_qcow2 (const unsigned char *h, size_t n)
 {
-  return n >= 8 && memcmp (h, "QFI\xfb", 4) == 0
-         && (be32 (h + 4) == 2 || be32 (h + 4) == 3);
+  return n >= 8 && image_has_qcow2_magic (h, n)
+         && (get_be32 (h + 4) == 2 || get_be32 (h + 4) == 3);
 }
 
 int
@@ -162,7 +150,7 @@ probe_image (const struct image_spec *spec, struct image_info *info, char **err)
       else if (image_magic (h, n) && strcmp (image_magic (h, n), "qcow2") == 0)
         {
           set_error (err, "'%s': Unsupported qcow2 version %" PRIu32,
-                     spec->path, be32 (h + 4));
+                     spec->path, get_be32 (h + 4));
           goto out;
         }
       else if (image_magic (h, n))
@@ -203,9 +191,9 @@ probe_image (const struct image_spec *spec, struct image_info *info, char **err)
           set_error (err, "'%s': qcow2 header is truncated", spec->path);
           goto out;
         }
-      info->size = be64 (h + 24);
+      info->size = get_be64 (h + 24);
       /* backing_file_offset and backing_file_size, as qemu reads them. */
-      info->has_backing = be64 (h + 8) != 0 && be32 (h + 16) != 0;
+      info->has_backing = get_be64 (h + 8) != 0 && get_be32 (h + 16) != 0;
     }
   r = 0;
 out:

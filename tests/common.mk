@@ -7,6 +7,7 @@
 COMMON_TESTS = \
 	test-common-align \
 	test-common-array-size \
+	test-common-byte-order \
 	test-common-cleanup \
 	test-common-fua-plan \
 	test-common-image-magic \
@@ -22,6 +23,7 @@ check_PROGRAMS += $(COMMON_TESTS)
 
 test_common_align_SOURCES = ../common/test-align.c
 test_common_array_size_SOURCES = ../common/test-array-size.c
+test_common_byte_order_SOURCES = ../common/test-byte-order.c
 test_common_cleanup_SOURCES = ../common/test-cleanup.c
 test_common_fua_plan_SOURCES = ../common/test-fua-plan.c
 test_common_image_magic_SOURCES = ../common/test-image-magic.c

@@ -1,16 +1,17 @@
-/* nbdstack qcow2 library: the image object.
+/* nbdstack qcow2 library: the public entry points of an image (not to
+ * be confused with plugins/image's qcow2 glue).
  * SPDX-License-Identifier: BSD-3-Clause
  *
  * Open (header.c and the files it calls validate everything; here the
  * served L1 table is loaded and the L2 cache sized), close, the facts
- * the caller may ask about, and attaching the layers below.  Reading
- * the disk is read.c.
+ * the caller may ask about, and attaching the layers below.  Reading,
+ * writing and zeroing are read.c, write.c and zero.c.  Invariant: an
+ * image is either fully opened or closed again; qcow2_close frees
+ * whatever qcow2_open got, at any point it failed.
  */
 #include <config.h>
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,82 +22,63 @@
 
 static uint64_t next_uid;
 
-void
-qcow2_set_error (struct qcow2_error *err, int errnum, const char *fs, ...)
+/* The image's locks and condition variables, before anything can
+ * fail (qcow2_close destroys them).
+ */
+static void
+init_locks (struct qcow2_image *img)
 {
-  va_list args;
+  pthread_rwlockattr_t attr;
 
-  if (err == NULL)
-    return;
-  err->errnum = errnum;
-  va_start (args, fs);
-  vsnprintf (err->msg, sizeof err->msg, fs, args);
-  va_end (args);
-}
-
-struct qcow2_image *
-qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
-            struct qcow2_error *err)
-{
-  struct qcow2_image *img = calloc (1, sizeof *img);
-  uint64_t entries, l1_needed, cache_bytes;
-  uint32_t i;
-  int r;
-
-  if (img == NULL)
-    {
-      qcow2_set_error (err, ENOMEM, "out of memory");
-      return NULL;
-    }
-  img->uid = __atomic_add_fetch (&next_uid, 1, __ATOMIC_RELAXED);
-  {
-    pthread_rwlockattr_t attr;
-
-    /* The lock is held briefly but often by readers: let a waiting
-     * writer in (no reader takes it twice).
-     */
-    pthread_rwlockattr_init (&attr);
-    pthread_rwlockattr_setkind_np (
-        &attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init (&img->lock, &attr);
-    pthread_rwlockattr_destroy (&attr);
-  }
+  /* The lock is held briefly but often by readers: let a waiting
+   * writer in (no reader takes it twice).
+   */
+  pthread_rwlockattr_init (&attr);
+  pthread_rwlockattr_setkind_np (&attr,
+                                 PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_init (&img->lock, &attr);
+  pthread_rwlockattr_destroy (&attr);
   pthread_mutex_init (&img->claim_lock, NULL);
   pthread_cond_init (&img->claim_released, NULL);
   pthread_mutex_init (&img->epoch_lock, NULL);
   pthread_cond_init (&img->barrier_moved, NULL);
-  img->deferred_first_epoch = UINT64_MAX;
   pthread_mutex_init (&img->commit_lock, NULL);
   pthread_cond_init (&img->commit_done, NULL);
-  img->io = img->data_io = io;
-  if (qcow2_parse_header (img, opts, err) == -1)
-    goto fail;
-  img->data_file_size = img->file_size;
+}
 
-  if (img->l1_size > 0)
+/* The served L1 table, in host order. */
+static int
+load_l1 (struct qcow2_image *img, struct qcow2_error *err)
+{
+  struct qcow2_hostio *io = img->io;
+  uint32_t i;
+  int r;
+
+  if (img->l1_size == 0)
+    return 0;
+  img->l1 = malloc ((size_t)img->l1_size * 8);
+  if (img->l1 == NULL)
     {
-      img->l1 = malloc ((size_t)img->l1_size * 8);
-      if (img->l1 == NULL)
-        {
-          qcow2_set_error (err, ENOMEM, "out of memory for the L1 table");
-          goto fail;
-        }
-      r = io->pread (io, img->l1, (size_t)img->l1_size * 8, img->l1_offset);
-      if (r < 0)
-        {
-          qcow2_set_error (err, -r, "reading the L1 table: %s", strerror (-r));
-          goto fail;
-        }
-      for (i = 0; i < img->l1_size; ++i)
-        img->l1[i] = get_be64 (&img->l1[i]);
+      qcow2_set_error (err, ENOMEM, "out of memory for the L1 table");
+      return -1;
     }
-  /* After the L1 table: choosing the layout looks at it. */
-  if (opts && opts->writable && qcow2_open_writable (img, opts, err) == -1)
-    goto fail;
+  r = io->pread (io, img->l1, (size_t)img->l1_size * 8, img->l1_offset);
+  if (r < 0)
+    return qcow2_io_error (err, r, "reading the L1 table");
+  for (i = 0; i < img->l1_size; ++i)
+    img->l1[i] = get_be64 (&img->l1[i]);
+  return 0;
+}
 
-  /* The cache is bounded by the option, never by what the header says;
-   * slots get their memory on first use.
-   */
+/* The L2 cache, bounded by the option, never by what the header says;
+ * slots get their memory on first use.
+ */
+static int
+open_l2_cache (struct qcow2_image *img, const struct qcow2_open_options *opts,
+               struct qcow2_error *err)
+{
+  uint64_t entries, l1_needed, cache_bytes;
+
   l1_needed = l1_entries_needed (img, img->size);
   cache_bytes = opts && opts->l2_cache_size ? opts->l2_cache_size
                                             : DEFAULT_L2_CACHE_BYTES;
@@ -110,12 +92,40 @@ qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
     entries = 2;
   if (entries > 1u << 20)
     entries = 1u << 20;
-  img->l2 = l2_cache_new (io, img->cluster_size, entries);
+  img->l2 = l2_cache_new (img->io, img->cluster_size, entries);
   if (img->l2 == NULL)
     {
       qcow2_set_error (err, ENOMEM, "out of memory for the L2 cache");
-      goto fail;
+      return -1;
     }
+  return 0;
+}
+
+struct qcow2_image *
+qcow2_open (struct qcow2_hostio *io, const struct qcow2_open_options *opts,
+            struct qcow2_error *err)
+{
+  struct qcow2_image *img = calloc (1, sizeof *img);
+
+  if (img == NULL)
+    {
+      qcow2_set_error (err, ENOMEM, "out of memory");
+      return NULL;
+    }
+  img->uid = __atomic_add_fetch (&next_uid, 1, __ATOMIC_RELAXED);
+  init_locks (img);
+  img->deferred_first_epoch = UINT64_MAX;
+  img->io = img->data_io = io;
+  if (qcow2_parse_header (img, opts, err) == -1)
+    goto fail;
+  img->data_file_size = img->file_size;
+  if (load_l1 (img, err) == -1)
+    goto fail;
+  /* After the L1 table: choosing the layout looks at it. */
+  if (opts && opts->writable && qcow2_open_writable (img, opts, err) == -1)
+    goto fail;
+  if (open_l2_cache (img, opts, err) == -1)
+    goto fail;
   return img;
 
 fail:
