@@ -159,8 +159,7 @@ qcow2_adopt_linear (struct qcow2_image *img, bool only_if_empty,
 
     memcpy (body, ext + 8, 16);
     memset (body + 16, 0, 8);
-    if (write_header_sync (img, body, sizeof body, img->ext_end_marker + 8,
-                           err)
+    if (write_header_sync (img, body, sizeof body, img->ext_end_marker + 8, err)
             == -1
         || write_header_sync (img, ext, 8, img->ext_end_marker, err) == -1)
       return -1;

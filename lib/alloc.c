@@ -287,8 +287,8 @@ qcow2_alloc_after_reclaim (struct qcow2_image *img)
 static int
 from_bump (struct qcow2_image *img, uint64_t *cluster, struct qcow2_error *err)
 {
-  const uint64_t end = img->io->fixed_size ? img->file_size >> img->cluster_bits
-                                           : UINT64_MAX;
+  const uint64_t end
+      = img->io->fixed_size ? img->file_size >> img->cluster_bits : UINT64_MAX;
   const uint64_t soft = img->soft_end < end ? img->soft_end : end;
   uint64_t c, n;
   int r;
@@ -315,7 +315,8 @@ from_bump (struct qcow2_image *img, uint64_t *cluster, struct qcow2_error *err)
             }
           img->scanned = true;
         }
-      if (img->bump >= soft && img->alloc_strict && qcow2_alloc_frees_waiting (img))
+      if (img->bump >= soft && img->alloc_strict
+          && qcow2_alloc_frees_waiting (img))
         {
           qcow2_set_error (err, ENOSPC,
                            "no free cluster until the frees waiting are "

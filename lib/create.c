@@ -216,13 +216,11 @@ qcow2_create (struct qcow2_hostio *io, const struct qcow2_create_options *o,
       && (total > (1ULL << 56) >> cbits
           || (io->max_size && total > io->max_size >> cbits)))
     {
-      qcow2_set_error (err, EFBIG,
-                       "size %" PRIu64 " is too large for the linear "
-                       "layout%s (layout=compact makes it)",
-                       o->size,
-                       total > (1ULL << 56) >> cbits
-                           ? ""
-                           : " on this file system");
+      qcow2_set_error (
+          err, EFBIG,
+          "size %" PRIu64 " is too large for the linear "
+          "layout%s (layout=compact makes it)",
+          o->size, total > (1ULL << 56) >> cbits ? "" : " on this file system");
       return -1;
     }
   if (rt_clusters * cs > MAX_REFTABLE_BYTES)

@@ -60,8 +60,9 @@ walk_l2 (struct walk *w, uint64_t l2_off, unsigned char *buf,
 
   if (r < 0)
     {
-      qcow2_set_error (err, -r, "repair: reading the L2 table at %#" PRIx64
-                       ": %s", l2_off, strerror (-r));
+      qcow2_set_error (err, -r,
+                       "repair: reading the L2 table at %#" PRIx64 ": %s",
+                       l2_off, strerror (-r));
       return -1;
     }
   for (i = 0; i < entries; ++i)

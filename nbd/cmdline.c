@@ -29,7 +29,7 @@
  * parsing, as qemu-nbd reports its own late errors, so that --help and
  * --version still work on any command line, as they do there.
  */
-static void __attribute__ ((format (printf, 2, 3)))
+static __attribute__ ((format (printf, 2, 3))) void
 refuse (struct cmdline *c, const char *fmt, ...)
 {
   va_list ap;
@@ -203,7 +203,8 @@ parse_u64 (const char *s, uint64_t *out)
   return 0;
 }
 
-static void __attribute__ ((noreturn)) try_help (void)
+static __attribute__ ((noreturn)) void
+try_help (void)
 {
   fprintf (stderr, "%s: Try `%s --help' for more information.\n", progname,
            progname);

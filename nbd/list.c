@@ -24,10 +24,7 @@
 
 #include "list.h"
 
-struct export
-{
-  char *name, *description;
-};
+struct export { char *name, *description; };
 
 struct exports
 {
@@ -88,17 +85,18 @@ add_context (void *opaque, const char *name)
 
 /* The transmission flags qemu-nbd prints, by protocol bit. */
 static const char *const flag_names[] = {
-  NULL,      "readonly", "flush", "fua",   "rotational", "trim",
-  "zeroes",  "df",       "multi", "resize", "cache",     "fast-zero",
+  NULL,     "readonly", "flush", "fua",    "rotational", "trim",
+  "zeroes", "df",       "multi", "resize", "cache",      "fast-zero",
 };
 
 static unsigned
 flags_of (struct nbd_handle *h)
 {
   int (*const tests[]) (struct nbd_handle *) = {
-    NULL,         nbd_is_read_only, nbd_can_flush,       nbd_can_fua,
-    nbd_is_rotational, nbd_can_trim, nbd_can_zero,       nbd_can_df,
-    nbd_can_multi_conn, NULL,       nbd_can_cache,       nbd_can_fast_zero,
+    NULL,         nbd_is_read_only,  nbd_can_flush,
+    nbd_can_fua,  nbd_is_rotational, nbd_can_trim,
+    nbd_can_zero, nbd_can_df,        nbd_can_multi_conn,
+    NULL,         nbd_can_cache,     nbd_can_fast_zero,
   };
   unsigned flags = 1; /* NBD_FLAG_HAS_FLAGS */
 
@@ -197,8 +195,8 @@ list_exports (const char *progname, const char *sockpath, const char *host,
             fprintf (stderr, "%s: Failed to connect to '%s': %s\n", progname,
                      sockpath, strerror (err));
           else
-            fprintf (stderr, "%s: Failed to connect to '%s:%s': %s\n",
-                     progname, host, port, strerror (err));
+            fprintf (stderr, "%s: Failed to connect to '%s:%s': %s\n", progname,
+                     host, port, strerror (err));
         }
       else
         fprintf (stderr, "%s: %s\n", progname, nbd_get_error ());

@@ -181,7 +181,7 @@ write_pid_file (const char *path, const char *progname)
     fprintf (stderr, "%s: Failed to write pid file '%s': %m\n", progname, path);
 }
 
-static void __attribute__ ((noreturn))
+static __attribute__ ((noreturn)) void
 exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd, int ctlfd,
              const sigset_t *oldmask)
 {

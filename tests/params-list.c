@@ -23,10 +23,10 @@ static const struct param_spec zerodetect[]
 static const struct param_spec discard[] = { DISCARD_PARAMS (PARAM_SPEC) };
 static const struct param_spec lifecycle[] = { LIFECYCLE_PARAMS (PARAM_SPEC) };
 
-#define COMPONENT(t)                                                           \
-  {                                                                            \
-#t, t, sizeof t / sizeof t[0]                                              \
-  }
+/* clang-format 14 and 19 disagree on a brace list in a macro. */
+/* clang-format off */
+#define COMPONENT(t) { #t, t, sizeof t / sizeof t[0] }
+/* clang-format on */
 
 static const struct
 {

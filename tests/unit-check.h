@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static void __attribute__ ((noreturn, format (printf, 1, 2)))
+static __attribute__ ((noreturn, format (printf, 1, 2))) void
 die (const char *fs, ...)
 {
   va_list args;
