@@ -15,7 +15,8 @@ noinst_PROGRAMS += imageio-download
 imageio_download_SOURCES = imageio-download.c imageio-common.c imageio-common.h
 imageio_download_CFLAGS = $(BENCH_COMMON_FLAGS)
 imageio_download_LDADD = $(BENCH_COMMON_LIBS)
-EXTRA_DIST += imageio-download.c imageio-rw.sh many.sh vdsm-server.sh
+EXTRA_DIST += imageio-download.c imageio-rw.sh many.sh vdsm-server.sh \
+	huge-sparse.sh
 
 .PHONY: bench
 bench: all
