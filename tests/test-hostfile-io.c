@@ -10,7 +10,9 @@
  * alignment, each checked against a reference buffer, then the whole
  * file read back with a plain descriptor; threads writing different
  * bytes of the same units at once (the read-modify-write locks); a
- * FAST zero refused without changing anything; growth past the end;
+ * FAST zero refused without changing anything; a zero over data just
+ * written into a hole (never skipped as "already a hole"); growth past
+ * the end;
  * and extents that never call data a hole.
  */
 #include <config.h>
@@ -167,6 +169,37 @@ fast_zero_refused (struct hostfile *hf)
   read_back (hf, 65536, 65536 + 3);
 }
 
+/* A zero that may trim skips a range only when it is all hole: data
+ * written just now into a hole (still in the page cache when buffered)
+ * is zeroed all the same, by a zero and by a zero with FUA.
+ */
+static void
+zero_over_fresh_data (struct hostfile *hf)
+{
+  static const char data[] = "fresh data in a hole";
+  const uint64_t off = 3 * 65536;
+  unsigned i;
+
+  for (i = 0; i < 2; ++i)
+    {
+      CHECK (hostfile_zero (hf, off, 65536, HOSTFILE_ZERO_MAY_TRIM) == 0);
+      memset (ref + off, 0, 65536);
+      CHECK (hostfile_pwrite (hf, data, sizeof data, off + 1000 + i, false)
+             == 0);
+      memcpy (ref + off + 1000 + i, data, sizeof data);
+      read_back (hf, off, 65536);
+      CHECK (
+          hostfile_zero (hf, off, 65536,
+                         HOSTFILE_ZERO_MAY_TRIM | (i ? HOSTFILE_ZERO_FUA : 0))
+          == 0);
+      memset (ref + off, 0, 65536);
+      read_back (hf, off, 65536);
+    }
+  /* Zeroing the hole again leaves it reading as zeroes. */
+  CHECK (hostfile_zero (hf, off, 65536, HOSTFILE_ZERO_MAY_TRIM) == 0);
+  read_back (hf, off, 65536);
+}
+
 /* A hole is never reported where the reference has data. */
 static void
 check_extents (struct hostfile *hf)
@@ -226,6 +259,7 @@ run (const char *dir, unsigned flags)
   concurrent (hf);
   check_extents (hf);
   fast_zero_refused (hf);
+  zero_over_fresh_data (hf);
   CHECK (hostfile_pread (hf, got, 10, SIZE - 5) == -EIO); /* past the end */
   CHECK (hostfile_flush (hf) == 0);
   check_file (path, SIZE);

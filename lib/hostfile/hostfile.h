@@ -95,6 +95,7 @@ struct hostfile
   atomic_bool no_punch_hole;
   atomic_bool no_blkzeroout;
   atomic_bool no_blkdiscard;
+  atomic_bool no_fiemap;
 };
 
 /* Why hostfile_open failed: msg is a whole message naming the file,

@@ -10,7 +10,9 @@
  * any read-modify-write of their unit.  The middle goes first, so that
  * a refused FAST zero has not written anything.  Trim is advisory:
  * what the kernel refuses is skipped, and partial units are left.
- * A call the kernel refused as unsupported is not tried again.
+ * A call the kernel refused as unsupported is not tried again.  A
+ * range of a regular file with no extent at all (a hole) already reads
+ * as zeroes: a zero that may trim, or a trim, leaves it as it is.
  */
 #include <config.h>
 
@@ -25,6 +27,10 @@
 #ifdef HAVE_LINUX_FALLOC_H
 #include <linux/falloc.h>
 #endif
+#ifdef HAVE_LINUX_FIEMAP_H
+#include <linux/fiemap.h>
+#endif
+#include <string.h>
 
 #include "align.h"
 #include "hostfile.h"
@@ -81,6 +87,46 @@ punch (struct hostfile *hf, uint64_t offset, uint64_t len)
   return try_fallocate (hf, &hf->no_punch_hole,
                         FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset,
                         len);
+}
+
+/* Whether [offset, offset+len) of a regular file has no extent at all:
+ * no data, no preallocated (unwritten) blocks, no delayed allocation of
+ * page-cache data (FIEMAP reports those).  Such a range reads as
+ * zeroes and frees nothing when punched, so a zero that may trim, or a
+ * trim, can leave it.  One ioctl is cheaper than a punch of a hole,
+ * which takes the inode's locks and walks the page cache: a client
+ * zeroing a huge sparse disk sends one request per 32 MiB of it.
+ * SEEK_DATA would not do: it calls preallocated blocks a hole, and
+ * those must still be freed.  Anything the kernel cannot tell is
+ * "allocated".
+ */
+static bool
+unallocated (struct hostfile *hf, uint64_t offset, uint64_t len)
+{
+#ifdef FS_IOC_FIEMAP
+  struct
+  {
+    struct fiemap fm;
+    struct fiemap_extent fe[1];
+  } q;
+
+  if (hf->is_blkdev
+      || atomic_load_explicit (&hf->no_fiemap, memory_order_relaxed))
+    return false;
+  memset (&q, 0, sizeof q);
+  q.fm.fm_start = offset;
+  q.fm.fm_length = len;
+  q.fm.fm_extent_count = 1;
+  if (ioctl (hf->fd, FS_IOC_FIEMAP, &q.fm) == -1)
+    {
+      if (hostfile_is_unsupported (errno))
+        atomic_store_explicit (&hf->no_fiemap, true, memory_order_relaxed);
+      return false;
+    }
+  return q.fm.fm_mapped_extents == 0;
+#else
+  return false;
+#endif
 }
 
 /* What is left when the kernel zeroes nothing cheaply. */
@@ -186,6 +232,8 @@ hostfile_zero (struct hostfile *hf, uint64_t offset, uint64_t len,
 
   if (len == 0)
     return 0;
+  if ((flags & HOSTFILE_ZERO_MAY_TRIM) && unallocated (hf, offset, len))
+    return (flags & HOSTFILE_ZERO_FUA) ? hostfile_flush (hf) : 0;
   if (!hf->is_blkdev && !hf->direct)
     /* A buffered file: fallocate takes any byte range. */
     r = zero_range (hf, offset, len, flags);
@@ -210,7 +258,7 @@ hostfile_trim (struct hostfile *hf, uint64_t offset, uint64_t len, bool fua)
       m0 = ROUND_UP (m0, hf->align);
       m1 = ROUND_DOWN (MIN (m1, hostfile_tail_start (hf)), hf->align);
     }
-  if (m0 < m1)
+  if (m0 < m1 && !unallocated (hf, m0, m1 - m0))
     r = hf->is_blkdev
             ? try_blkioctl (hf, &hf->no_blkdiscard, BLKDISCARD, m0, m1 - m0)
             : punch (hf, m0, m1 - m0);
