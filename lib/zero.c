@@ -75,12 +75,26 @@ unallocated_reads_zero (const struct qcow2_image *img, uint64_t goff)
 }
 
 /* Does [off, off+n) (inside one cluster) read as zeroes already?
- * Without the lock, the cluster claimed.
+ * Without the lock, the cluster claimed.  The entries answer first: a
+ * zero or unallocated run over nothing needs no read (most edges of a
+ * client zeroing a whole sparse disk, whose requests drift off the
+ * cluster grid); anything else is read and compared.
  */
 static int
 reads_zero (struct qcow2_image *img, unsigned char *buf, uint64_t off,
             uint64_t n, bool *zero, struct qcow2_error *err)
 {
+  struct qcow2_run run;
+
+  if (qcow2_map_run (img, off, n, &run, err) == -1)
+    return -1;
+  if (run.len >= n
+      && (run.type == SC_ZERO_PLAIN || run.type == SC_ZERO_ALLOC
+          || (run.type == SC_UNALLOCATED && unallocated_reads_zero (img, off))))
+    {
+      *zero = true;
+      return 0;
+    }
   if (qcow2_pread_unlocked (img, buf, n, off, err) == -1)
     return -1;
   *zero = memcmp (buf, img->zero_buf, n) == 0;
@@ -265,6 +279,29 @@ write_zeroes_relock (struct qcow2_image *img, struct qcow2_req *req,
                            err);
   pthread_rwlock_wrlock (&img->lock);
   return r;
+}
+
+/* Under the lock (shared): whether the whole clusters [first, last) all
+ * lie under L1 entries without a table and read as zeroes with nothing
+ * below, and 'sub' is empty: then zero_entries would change nothing, and
+ * need not wait for the exclusive lock (a client zeroing a whole sparse
+ * disk sends thousands of such requests at once).
+ */
+static bool
+nothing_to_change (struct qcow2_image *img, const struct edge sub[2],
+                   uint64_t first, uint64_t last)
+{
+  ACQUIRE_RDLOCK_FOR_CURRENT_SCOPE (&img->lock);
+  const uint64_t table = 1ULL << img->l2_bits;
+  uint64_t gc;
+
+  if (sub[0].lo < sub[0].hi || sub[1].lo < sub[1].hi || img_failed (img))
+    return false;
+  for (gc = first; gc < last; gc = (gc / table + 1) * table)
+    if ((img->l1[gc >> img->l2_bits] & L1E_OFFSET_MASK) != 0
+        || !unallocated_reads_zero (img, gc << img->cluster_bits))
+      return false;
+  return true;
 }
 
 /* The changes of entries only, under the lock, dropped to write zeroes
@@ -452,6 +489,9 @@ zero_claimed (struct qcow2_image *img, struct qcow2_req *req, uint64_t offset,
                                 p.part[i].lo, p.part[i].hi - p.part[i].lo, err)
                == -1)
       return -1;
+  if (nothing_to_change (img, p.sub, p.a >> img->cluster_bits,
+                         p.b >> img->cluster_bits))
+    return 0;
   if (p.a < p.b || p.sub[0].lo < p.sub[0].hi || p.sub[1].lo < p.sub[1].hi)
     return zero_entries (img, req, p.sub, p.a >> img->cluster_bits,
                          p.b >> img->cluster_bits, mode, err);
