@@ -34,14 +34,16 @@ vdsm_start ()
 }
 
 # server_tree_stats PID: "RSS_KIB CPU_TICKS", the peak RSS (VmHWM) and
-# user + system CPU of PID plus its parent if that is an nbdstack-nbd
-# supervisor, summed.
+# user + system CPU of PID, its children (the pid file of nbdstack-nbd
+# names its supervisor, whose child is nbdkit) and its parent if that
+# is an nbdstack-nbd supervisor, summed.
 server_tree_stats ()
 {
   local pid=$1 ppid
   ppid=$(awk '{ sub(/^.*\) /, ""); print $2 }' "/proc/$pid/stat")
   {
     echo "$pid"
+    cat /proc/"$pid"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . || :
     [ "$(cat "/proc/$ppid/comm" 2>/dev/null)" != nbdstack-nbd ] || echo "$ppid"
   } | while read -r p; do
     awk '/^VmHWM:/ { print "rss", $2 }' "/proc/$p/status"

@@ -204,6 +204,18 @@ add_settings (struct plan *p, enum setting_dest dest)
       argv_addf (&p->argv, "%s=%s", s->v[i].key, s->v[i].value);
 }
 
+/* Invariant: a connection's memory is about DEFAULT_THREADS x (its
+ * largest request + one 2 MiB bounce buffer) on top of nbdkit's 5 MiB.
+ * nbdkit gives each worker thread of a connection its own request
+ * buffer, grown to the largest request the thread has served and kept
+ * until the connection closes, and a client's requests go round all the
+ * threads: with nbdkit's default of 16 threads, one qemu-img convert
+ * (2 MiB requests, 8 in flight) made nbdkit 55 MiB against qemu-nbd's
+ * 24-27.  4 threads: 23 MiB, and uploads as fast; 1 or 2 were slower
+ * (bench/many.sh; figures in bench/README.md).  threads= wins.
+ */
+#define DEFAULT_THREADS 4
+
 /* nbdkit's own options. */
 static void
 add_server_options (struct plan *p)
@@ -233,9 +245,14 @@ add_server_options (struct plan *p)
     }
   if (c->selinux_label)
     argv_addf (&p->argv, "--selinux-label=%s", c->selinux_label);
+  /* nbdkit's worker threads per connection: the threads= setting, or
+   * DEFAULT_THREADS (see there).
+   */
   s = settings_get (&p->settings, "threads");
   if (s)
     argv_addf (&p->argv, "--threads=%s", s);
+  else
+    argv_addf (&p->argv, "--threads=%d", DEFAULT_THREADS);
 }
 
 static void

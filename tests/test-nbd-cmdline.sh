@@ -124,6 +124,7 @@ raw_json="json:{\"driver\": \"raw\", \"file\": {\"driver\": \"file\", \"filename
 out=$(dry --export-name= --persistent --shared=8 --socket="$sock" --cache=none \
           --aio=native --discard=unmap --detect-zeroes=unmap --allocation-depth "$raw_json")
 has "$out" "--unix=$sock"
+has "$out" "--threads=4"
 has "$out" "--filter=[^ ]*/nbdkit-lifecycle-filter.so"
 has "$out" "lifecycle-limit=8"
 has "$out" "lifecycle-exit-last=false"
@@ -231,9 +232,28 @@ zerodetect-granularity=128K
 CONF
 out=$(NBDSTACK_CONFIG=$T/nbd.conf dry -k "$sock" -f raw --discard=unmap --detect-zeroes=unmap "$img")
 has "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "zerodetect-granularity=128K"
-out=$(NBDSTACK_CONFIG=$T/nbd.conf NBDSTACK_OPTIONS="coalesce=off coalesce-size=16M threads=4" \
+out=$(NBDSTACK_CONFIG=$T/nbd.conf NBDSTACK_OPTIONS="coalesce=off coalesce-size=16M threads=12" \
         dry -k "$sock" -f raw "$img")
-hasnt "$out" "--filter=[^ ]*coalesce[^ ]*"; hasnt "$out" "coalesce-size=16M"; has "$out" "--threads=4"
+hasnt "$out" "--filter=[^ ]*coalesce[^ ]*"; hasnt "$out" "coalesce-size=16M"; has "$out" "--threads=12"
+# The threads= setting wins over our default, from either place, and
+# nbdkit is given one --threads.
+one_threads ()
+{
+  [ "$(grep -oE -- '(^| )--threads=[^ ]*' <<<"$1" | wc -l)" -eq 1 ] ||
+    fail "not exactly one --threads in: $1"
+}
+one_threads "$out"
+printf 'threads = 16\n' >"$T/threads.conf"
+out=$(NBDSTACK_CONFIG=$T/threads.conf dry -k "$sock" -f raw "$img")
+has "$out" "--threads=16"; one_threads "$out"
+out=$(NBDSTACK_CONFIG=$T/threads.conf NBDSTACK_OPTIONS=threads=1 dry -k "$sock" -f raw "$img")
+has "$out" "--threads=1"; one_threads "$out"
+# Without it: 4 worker threads per connection (nbdkit's default of 16
+# keeps 16 request buffers of the largest request per connection).
+out=$(dry -k "$sock" -f raw "$img")
+has "$out" "--threads=4"; one_threads "$out"
+out=$(dry -k "$sock" -r -f raw "$img")
+has "$out" "--threads=4"; one_threads "$out"
 out=$(NBDSTACK_OPTIONS="coalesce-size=16M" dry -k "$sock" -f raw "$img")
 has "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "coalesce-size=16M"
 expect_error "coalesce=maybe: expected on or off" env NBDSTACK_OPTIONS="coalesce=maybe" "$NBDSTACK_NBD" -k "$sock" -f raw "$img"
