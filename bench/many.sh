@@ -14,7 +14,9 @@
 #
 # Environment:
 #   N="1 4 8"        server counts
-#   SERVERS="qemu-nbd nbdstack-nbd"   and nbdstack-nbd-base with BASE_BUILD
+#   SERVERS="qemu-nbd nbdstack-nbd"   and nbdstack-nbd-base with BASE_BUILD;
+#                    also image and stack (nbdkit with our plugin alone, or
+#                    with coalesce + zerodetect + discard, cache=none)
 #   BASE_BUILD=DIR   an older build: adds server nbdstack-nbd-base
 #                    (or name a server LABEL=DIR[,OPTIONS]: nbdstack-nbd of
 #                    build DIR, with NBDSTACK_OPTIONS=OPTIONS)
@@ -22,6 +24,8 @@
 #   FORMAT=raw       raw or qcow2 (targets made with qemu-img create)
 #   RUNS=1           rounds (each round runs every cell once, shuffled)
 #   SIZE=1G, SAMPLE=FILE, TMPDIR=/var/tmp (disk-backed, for O_DIRECT)
+#   OUT=DIR          also write many.tsv, many.md and many.png (aggregate
+#                    MB/s and peak RSS per server against N) there
 # SPDX-License-Identifier: BSD-3-Clause
 set -euo pipefail
 PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH
@@ -134,8 +138,10 @@ run_rounds "$runs" one "${cells[@]}"
 say "load after: $(uptime)"
 [ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
 
-echo
+table ()
+{
 echo "$format targets, sample $(numfmt --to=iec "$vsize") virtual; $runs round(s); vdsm's options"
+echo
 echo "| server | N | wall s | aggregate MB/s | peak RSS MiB per server (median / max) | CPU s per server (median) |"
 echo "|---|---:|---:|---:|---:|---:|"
 for n in $counts; do
@@ -150,3 +156,31 @@ for n in $counts; do
           n * vsize / w / 1e6, median(rss), mx, median(cpu) }' "$results"
   done
 done
+}
+echo
+table
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  cp "$results" "$OUT/many.tsv"
+  table >"$OUT/many.md"
+  if command -v gnuplot >/dev/null; then
+    # Per server, a line of "N aggregate-MB/s median-RSS-MiB".
+    for s in $servers; do
+      table | awk -F' *[|] *' -v s="$s" '$2 == s { split($6, r, " "); print $3, $5, r[1] }' \
+        >"$tmp/plot.${s//[^A-Za-z0-9]/_}"
+    done
+    {
+      echo "set terminal pngcairo size 1200,500; set output '$OUT/many.png'"
+      echo "set multiplot layout 1,2; set xlabel 'servers at once (N)'; set key top left"
+      for col in 2:"aggregate MB/s" 3:"peak RSS per server (MiB)"; do
+        echo "set title '${col#*:} ($format, qemu-img convert -n -W each)'; set ylabel '${col#*:}'"
+        plot="plot"
+        for s in $servers; do
+          plot="$plot '$tmp/plot.${s//[^A-Za-z0-9]/_}' using 1:${col%%:*} with linespoints title '$s',"
+        done
+        echo "${plot%,}"
+      done
+      echo "unset multiplot"
+    } | gnuplot
+  fi
+fi

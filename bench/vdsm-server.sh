@@ -10,11 +10,23 @@
 # its pid in PIDFILE and its stderr appended to LOG.  SERVER is qemu-nbd,
 # nbdstack-nbd (of $build), nbdstack-nbd-base (of $BASE_BUILD), or
 # LABEL=DIR[,OPTIONS]: nbdstack-nbd of build DIR with
-# NBDSTACK_OPTIONS=OPTIONS.  Returns 1 if it did not start.
+# NBDSTACK_OPTIONS=OPTIONS; or, run as nbdkit directly with vdsm's
+# cache=none, image (our plugin alone) and stack (coalesce, zerodetect
+# and discard over it).  Returns 1 if it did not start.
 vdsm_start ()
 {
   local server=$1 fmt=$2 t=$3 sock=$4 pidf=$5 log=$6 prog bdir opts=
+  local -a f=()
   case $server in
+    image | stack)
+      [ "$server" = image ] || for prog in coalesce zerodetect discard; do
+        f+=("--filter=$build/filters/$prog/.libs/nbdkit-$prog-filter.so")
+      done
+      rm -f "$sock" "$pidf"
+      nbdkit --log=stderr -U "$sock" -P "$pidf" "${f[@]}" \
+        "$build/plugins/image/.libs/nbdkit-image-plugin.so" file="$t" \
+        format="$fmt" cache=none 2>>"$log"
+      return ;;
     qemu-nbd) prog=qemu-nbd bdir=$build ;;
     nbdstack-nbd) prog=$build/nbd/nbdstack-nbd bdir=$build ;;
     nbdstack-nbd-base) prog=$BASE_BUILD/nbd/nbdstack-nbd bdir=$BASE_BUILD ;;
