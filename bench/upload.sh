@@ -44,6 +44,9 @@
 #   TMPDIR=/var/tmp    where the private scratch directory goes (needs about
 #                      2x the sample's allocated size free; must not be tmpfs,
 #                      which has no O_DIRECT)
+#   ONLY="T/M/C ..."   run only these configurations (target/mode/client, e.g.
+#                      image:qcow2/none/convert-W) of the TARGETS x MODES x
+#                      CLIENTS product; the others are left out of the table
 #   RESULTS=FILE       also write the raw per-run results (TSV) there: target,
 #                      mode, client, run, seconds, server CPU, extents,
 #                      allocated bytes of the result
@@ -384,6 +387,7 @@ configs=()
 for t in $targets; do
   for m in $modes; do
     for c in $clients; do
+      [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $t/$m/$c "* ]] || continue
       configs+=("$t $m $c")
     done
   done
