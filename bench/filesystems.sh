@@ -149,15 +149,16 @@ fs_size=${FS_SIZE:-$(( (3 * salloc + gib - 1) / gib ))G}
 [ -n "${FS_SIZE:-}" ] || [ "${fs_size%G}" -ge 2 ] || fs_size=2G
 
 # ---- the estimate: seconds per upload on a quiet 2-core VM, measured
-# with a 4 GiB sample (1 GiB allocated): about 1 s + 4 s per GiB
-# allocated (upload, verify, start/stop, sync), qcow2 1.5 s per GiB more
-# (check, map, cold read-back), plus SETTLE and PREFAULT (about 1.7 s per
-# GiB touched); per file system 10 s (mkfs, probes) + the page cache warm-up.
+# (512M samples here, 4G ones in upload.sh's README): about 2 s + 2.5 s
+# per GiB allocated (upload, verify, start/stop, sync), qcow2 1.5 s per
+# GiB more (check, map, cold read-back), plus SETTLE and PREFAULT (about
+# 1.7 s per GiB touched); per file system 15 s (mkfs, probes, upload.sh's
+# cache=none check, the page cache warm-up).
 n_cfg=$((n_raw + n_qcow2 + 1))
 est=$(awk -v r="$runs" -v nr="$((n_raw + 1))" -v nq="$n_qcow2" -v a="$salloc" -v s="$settle" \
   -v p="$prefault" -v nf="$(wc -w <<<"$filesystems")" 'BEGIN {
-  g = a / 2^30; u = 1 + 4 * g + s + 1.7 * p
-  printf "%d", nf * (10 + r * (nr * u + nq * (u + 1.5 * g)))
+  g = a / 2^30; u = 2 + 2.5 * g + s + 1.7 * p
+  printf "%d", nf * (15 + r * (nr * u + nq * (u + 1.5 * g)))
 }')
 say "$(wc -w <<<"$filesystems") file systems x $n_cfg configurations x $runs rounds" \
   "($matrix matrix), sample $(numfmt --to=iec "$salloc") allocated, file systems of $fs_size:" \
