@@ -16,7 +16,7 @@ imageio_download_SOURCES = imageio-download.c imageio-common.c imageio-common.h
 imageio_download_CFLAGS = $(BENCH_COMMON_FLAGS)
 imageio_download_LDADD = $(BENCH_COMMON_LIBS)
 EXTRA_DIST += imageio-download.c imageio-rw.sh many.sh vdsm-server.sh \
-	huge-sparse.sh
+	huge-sparse.sh filesystems.sh fs-probe.py
 
 .PHONY: bench
 bench: all

@@ -5,6 +5,8 @@
 #   image     our image plugin           cache=writeback | cache=none
 #   file      nbdkit's file plugin       (default)       | cache=none
 #   qemu-nbd  qemu-nbd -f raw            --cache=writeback | --cache=none --aio=native
+#   qemu-nbd-imageio  the same plus --discard=unmap --detect-zeroes=unmap,
+#             as oVirt imageio / vdsm run it (name it in TARGETS)
 # plus a local `nbdcopy --flush` of the sample to a file (the limit).
 # Every upload goes into a fresh sparse target, is timed (client wall
 # time, including its final flush), and is verified with `qemu-img
@@ -42,7 +44,15 @@
 #   TMPDIR=/var/tmp    where the private scratch directory goes (needs about
 #                      2x the sample's allocated size free; must not be tmpfs,
 #                      which has no O_DIRECT)
-#   RESULTS=FILE       also write the raw per-run results (TSV) there
+#   ONLY="T/M/C ..."   run only these configurations (target/mode/client, e.g.
+#                      image:qcow2/none/convert-W) of the TARGETS x MODES x
+#                      CLIENTS product; the others are left out of the table
+#   RESULTS=FILE       also write the raw per-run results (TSV) there: target,
+#                      mode, client, run, seconds, server CPU, extents,
+#                      allocated bytes of the result
+#   LAYOUT=FILE        also write the raw per-run qcow2 layout (TSV) there
+#   CMDS=FILE          also write every server and client command line used
+#                      (target, mode, role, shell-quoted command; TSV) there
 #   SETTLE=3           seconds of quiet before each timed upload (0: none).
 #                      On a VM whose balloon reports free pages to the host
 #                      (free page reporting), memory freed a few seconds
@@ -170,6 +180,18 @@ free_k=$(df -Pk "$tmp" | awk 'NR == 2 { print $4 }')
 [ $((free_k * 1024)) -gt $((salloc * 3 / 2)) ] ||
   die "$tmp: not enough free space for a target ($((salloc >> 20)) MiB allocated)"
 
+# ---- command lines, once per (target, mode, role), for CMDS
+cmds=$tmp/cmds
+: >"$cmds"
+declare -A cmd_seen=()
+record_cmd ()                 # KIND MODE ROLE COMMAND...
+{
+  local k="$1 $2 $3"
+  [ -z "${cmd_seen[$k]:-}" ] || return 0
+  cmd_seen[$k]=1
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(shift 3; printf '%q ' "$@")" >>"$cmds"
+}
+
 # ---- servers
 start_server ()               # KIND MODE TARGET
 {
@@ -197,17 +219,19 @@ start_server ()               # KIND MODE TARGET
       [ "$fmt" = raw ] || die "nbdkit's file plugin serves raw only: $kind"
       cmd=(nbdkit --log=stderr -U "$sock" -P "$pidfile" file file="$target")
       [ "$mode" = none ] && cmd+=(cache=none) ;;
-    qemu-nbd)
+    qemu-nbd | qemu-nbd-imageio)
       # --shared=8 (as oVirt imageio runs it) makes qemu-nbd advertise
       # multi-conn, so nbdcopy uses several connections as with nbdkit.
       cmd=(qemu-nbd --fork --pid-file="$pidfile" --socket="$sock" -f "$fmt"
            --persistent --shared=8)
       if [ "$mode" = none ]; then cmd+=(--cache=none --aio=native)
       else cmd+=(--cache=writeback); fi
+      [ "${kind%%:*}" = qemu-nbd-imageio ] && cmd+=(--discard=unmap --detect-zeroes=unmap)
       cmd+=("$target") ;;
     *) die "unknown target $kind" ;;
   esac
   : >"$log"
+  [ "$target" != "$tmp/target.img" ] || record_cmd "$kind" "$mode" server "${cmd[@]}"
   "${cmd[@]}" 2>>"$log" || return 1
   for ((i = 0; i < 200; i++)); do
     [ -s "$pidfile" ] && [ -S "$sock" ] && return 0
@@ -301,13 +325,14 @@ results=$tmp/results
 upload_once ()                # RUN KIND MODE CLIENT
 {
   local run=$1 kind=$2 mode=$3 client=$4 target=$tmp/target.img
-  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag
+  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag alloc
+  local -a ccmd
   rm -f "$target"
   local tfmt
   tfmt=$(fmt_of "$kind")
   if [ "$tfmt" = raw ]; then
     truncate -s "$vsize" "$target"
-  elif [ "${kind%%:*}" = qemu-nbd ] || [ "$qcow2_made_by" = qemu-img ]; then
+  elif [[ ${kind%%:*} == qemu-nbd* ]] || [ "$qcow2_made_by" = qemu-img ]; then
     qemu-img create -q -f qcow2 "$target" "$vsize" || die "qemu-img create failed"
   fi                           # (else our plugin creates its own: create=true)
   sync -f "$tmp"               # start from a quiet disk (not timed)
@@ -320,19 +345,22 @@ for off in range(0, n, 4096):
     m[off] = 1
 m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much memory"
   if [ "$kind" = local ]; then
+    record_cmd "$kind" "$mode" client nbdcopy --flush "$sample" "$target"
     t0=$EPOCHREALTIME
     nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
     t1=$EPOCHREALTIME
   else
     start_server "$kind" "$mode" "$target" ||
       die "$kind ($mode) did not start: $(tail -n 3 "$log")"
-    t0=$EPOCHREALTIME
     case $client in
-      convert)   qemu-img convert -n -f raw -O raw "$sample" "$uri" ;;
-      convert-W) qemu-img convert -n -W -f raw -O raw "$sample" "$uri" ;;
-      nbdcopy)   nbdcopy --flush "$sample" "$uri" ;;
-      imageio)   "$build/bench/imageio-client" "$sample" "$uri" ;;
-    esac || die "upload failed: $kind $mode $client (run $run)"
+      convert)   ccmd=(qemu-img convert -n -f raw -O raw "$sample" "$uri") ;;
+      convert-W) ccmd=(qemu-img convert -n -W -f raw -O raw "$sample" "$uri") ;;
+      nbdcopy)   ccmd=(nbdcopy --flush "$sample" "$uri") ;;
+      imageio)   ccmd=("$build/bench/imageio-client" "$sample" "$uri") ;;
+    esac
+    record_cmd "$kind" "$mode" "client $client" "${ccmd[@]}"
+    t0=$EPOCHREALTIME
+    "${ccmd[@]}" || die "upload failed: $kind $mode $client (run $run)"
     t1=$EPOCHREALTIME
     cpu=$(server_cpu)
     stop_server
@@ -347,7 +375,8 @@ m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much mem
   # Host file fragmentation (ext4 extents) of the result.
   frag=$(filefrag "$target" 2>/dev/null | awk '{ print $(NF - 2) }') || frag=-
   [[ $frag =~ ^[0-9]+$ ]] || frag=-
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" >>"$results"
+  alloc=$(( $(stat -c '%b * %B' "$target") ))
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" >>"$results"
   say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents), verified"
   rm -f "$target"
 }
@@ -358,6 +387,7 @@ configs=()
 for t in $targets; do
   for m in $modes; do
     for c in $clients; do
+      [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $t/$m/$c "* ]] || continue
       configs+=("$t $m $c")
     done
   done
@@ -379,6 +409,8 @@ done
 load_after=$(uptime)
 say "load after: $load_after"
 [ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
+[ -z "${LAYOUT:-}" ] || cp "$layout" "$LAYOUT"
+[ -z "${CMDS:-}" ] || cp "$cmds" "$CMDS"
 
 # ---- the table
 skips=$tmp/skips
@@ -419,7 +451,7 @@ END {
   for (k in med) {
     split(k, f, " ")
     split(f[1], kf, ":")
-    if (kf[1] == "file" || kf[1] == "qemu-nbd") {
+    if (kf[1] == "file" || kf[1] == "qemu-nbd" || kf[1] == "qemu-nbd-imageio") {
       mc = (kf[2] == "" ? DEFFMT : kf[2]) " " f[2] " " f[3]
       if (!(mc in best) || med[k] < best[mc]) best[mc] = med[k]
     }
