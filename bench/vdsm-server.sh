@@ -25,8 +25,13 @@ vdsm_start ()
       rm -f "$sock" "$pidf"
       nbdkit --log=stderr -U "$sock" -P "$pidf" "${f[@]}" \
         "$build/plugins/image/.libs/nbdkit-image-plugin.so" file="$t" \
-        format="$fmt" cache=none 2>>"$log"
-      return ;;
+        format="$fmt" cache=none 2>>"$log" || return 1
+      # nbdkit's parent returns before its child writes the pid file.
+      for _ in $(seq 200); do
+        [ -s "$pidf" ] && [ -S "$sock" ] && return 0
+        sleep 0.05
+      done
+      return 1 ;;
     qemu-nbd) prog=qemu-nbd bdir=$build ;;
     nbdstack-nbd) prog=$build/nbd/nbdstack-nbd bdir=$build ;;
     nbdstack-nbd-base) prog=$BASE_BUILD/nbd/nbdstack-nbd bdir=$BASE_BUILD ;;
