@@ -957,8 +957,10 @@ struct slow_io
   struct qcow2_hostio *below;
 };
 
-/* Calls that slept, and slow writes that completed. */
-static unsigned slow_calls, slow_writes_done;
+/* Calls that slept, and slow writes that completed; slow writes in
+ * progress now, and the most ever in progress at once.
+ */
+static unsigned slow_calls, slow_writes_done, slow_writes_in, slow_writes_max;
 
 static bool
 delay (unsigned *what)
@@ -993,9 +995,18 @@ slow_pwritev (struct qcow2_hostio *io, const struct iovec *iov, int n,
               uint64_t off)
 {
   struct slow_io *s = (struct slow_io *)io;
-  bool slept = delay (&g.write_delay);
-  int r = s->below->pwritev (s->below, iov, n, off);
+  unsigned in = __atomic_add_fetch (&slow_writes_in, 1, __ATOMIC_ACQ_REL);
+  unsigned max = __atomic_load_n (&slow_writes_max, __ATOMIC_RELAXED);
+  bool slept;
+  int r;
 
+  while (in > max
+         && !__atomic_compare_exchange_n (&slow_writes_max, &max, in, false,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+  slept = delay (&g.write_delay);
+  r = s->below->pwritev (s->below, iov, n, off);
+  __atomic_sub_fetch (&slow_writes_in, 1, __ATOMIC_ACQ_REL);
   if (slept)
     __atomic_add_fetch (&slow_writes_done, 1, __ATOMIC_RELEASE);
   return r;
@@ -1639,8 +1650,10 @@ speed_writer (void *arg)
 }
 
 /* 4 threads writing different (new) clusters over a hostio whose
- * writes take 20 ms must take well under the time one thread takes for
- * as many: nothing serializes the data writes.
+ * writes take 20 ms: nothing serializes the data writes, so at some
+ * point two or more of those writes are in the hostio at once.  That
+ * is counted, not timed (a loaded machine under ThreadSanitizer made a
+ * time ratio fail with nothing serialized); the times are printed.
  */
 static void
 speedup (const char *path)
@@ -1661,6 +1674,7 @@ speedup (const char *path)
   t0 = now_s ();
   speed_writer (&sp[0]);
   serial = now_s () - t0;
+  __atomic_store_n (&slow_writes_max, 0, __ATOMIC_RELEASE);
   t0 = now_s ();
   for (t = 0; t < GROUP_THREADS; ++t)
     {
@@ -1673,14 +1687,16 @@ speedup (const char *path)
   g.write_delay = 0;
   expect_pattern (0, 2 * per * GROUP_THREADS * g.cs, 5, "speedup");
   close_slow_copy (slow, mem, file);
-  if (par >= 0.6 * serial)
-    die ("speedup %s: %u threads writing different clusters took %.3f s, "
-         "%.2f of the %.3f s one thread takes: requests do not run in "
-         "parallel",
-         path, GROUP_THREADS, par, par / serial, serial);
-  printf ("ok: speedup %s: %" PRIu64 " cluster writes, 1 thread %.3f s, "
-          "%u threads %.3f s (ratio %.2f)\n",
-          path, per * GROUP_THREADS, serial, GROUP_THREADS, par, par / serial);
+  if (__atomic_load_n (&slow_writes_max, __ATOMIC_ACQUIRE) < 2)
+    die ("speedup %s: %u threads writing different clusters never had two "
+         "writes in the host I/O at once: requests do not run in parallel "
+         "(%.3f s, against %.3f s for one thread)",
+         path, GROUP_THREADS, par, serial);
+  printf ("ok: speedup %s: %" PRIu64 " cluster writes, up to %u at once; "
+          "1 thread %.3f s, %u threads %.3f s (ratio %.2f)\n",
+          path, per * GROUP_THREADS,
+          __atomic_load_n (&slow_writes_max, __ATOMIC_ACQUIRE), serial,
+          GROUP_THREADS, par, par / serial);
 }
 
 static void
