@@ -281,6 +281,17 @@ write_zeroes_relock (struct qcow2_image *img, struct qcow2_req *req,
   return r;
 }
 
+/* Under the lock: guest cluster 'gc' lies under an L1 entry without a
+ * table, and reads as zeroes with nothing below: its whole table's
+ * worth needs no change.
+ */
+static bool
+tableless_zero (const struct qcow2_image *img, uint64_t gc)
+{
+  return (img->l1[gc >> img->l2_bits] & L1E_OFFSET_MASK) == 0
+         && unallocated_reads_zero (img, gc << img->cluster_bits);
+}
+
 /* Under the lock (shared): whether the whole clusters [first, last) all
  * lie under L1 entries without a table and read as zeroes with nothing
  * below, and 'sub' is empty: then zero_entries would change nothing, and
@@ -298,8 +309,7 @@ nothing_to_change (struct qcow2_image *img, const struct edge sub[2],
   if (sub[0].lo < sub[0].hi || sub[1].lo < sub[1].hi || img_failed (img))
     return false;
   for (gc = first; gc < last; gc = (gc / table + 1) * table)
-    if ((img->l1[gc >> img->l2_bits] & L1E_OFFSET_MASK) != 0
-        || !unallocated_reads_zero (img, gc << img->cluster_bits))
+    if (!tableless_zero (img, gc))
       return false;
   return true;
 }
@@ -342,8 +352,7 @@ zero_entries (struct qcow2_image *img, struct qcow2_req *req,
           uint64_t l1_idx = gc >> img->l2_bits;
 
           /* A whole table's worth with no table and nothing below. */
-          if ((img->l1[l1_idx] & L1E_OFFSET_MASK) == 0
-              && unallocated_reads_zero (img, gc << img->cluster_bits))
+          if (tableless_zero (img, gc))
             {
               gc = (l1_idx + 1) * table;
               continue;
