@@ -12,7 +12,8 @@ COALESCE_TESTS = \
 	test-coalesce-flush-race.sh \
 	test-coalesce-order.sh \
 	test-coalesce-direct.sh \
-	test-coalesce-random.sh
+	test-coalesce-random.sh \
+	test-coalesce-recycle.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)
 

@@ -7,9 +7,10 @@
  * ranges go down with a single pwrite straight from the buffer: the
  * payload is copied exactly once (client buffer -> mapping), no
  * per-request malloc, no gather copy.  Only touched pages become
- * resident; pages are returned with MADV_DONTNEED once written, and
- * resident memory is bounded by charging every interval its span in
- * whole pages against coalesce-size (back-pressure when full).
+ * resident; pages are returned once written (a few huge ones are
+ * recycled instead, see recycle_into), and resident memory is bounded
+ * by charging every interval its span in whole pages against
+ * coalesce-size (back-pressure when full).
  *
  * The lock protects only the interval set and counters and is never
  * held across a call to the plugin: ranges being written are marked
@@ -64,8 +65,150 @@ removed_since (uint64_t gen, uint64_t a, uint64_t b)
   return false;
 }
 
-/* madvise(MADV_DONTNEED) the pages of [lo, hi) (page-aligned) that no
- * buffered interval touches.
+/* Recycled huge pages.
+ *
+ * Invariant: a page listed in recycled[] lies in the map and held no
+ * buffered byte when it was listed; that is checked again, under the
+ * lock, before the page is used.  Listed pages stay resident: resident
+ * memory is at most coalesce-size, the kept range and RECYCLE_MAX huge
+ * pages, at most an eighth of coalesce-size.
+ *
+ * Buffered bytes sit at their own export offset, so a copied stream
+ * would land every 2M on a page touched for the first time, which the
+ * kernel faults in and zeroes: half of the server's CPU with nbdcopy's
+ * four connections merging through the buffer.  Instead a page that
+ * write-back emptied is moved (mremap with MREMAP_DONTUNMAP: its page
+ * tables move, nothing is zeroed or copied) under the next write that
+ * needs a fresh page.  Its old place is then mapped afresh (mmap
+ * MAP_FIXED), and so are pages given back in huge-page mode, so that
+ * they merge back into the map: the number of mappings stays bounded
+ * by the pages in use, whatever the upload's size.
+ */
+#define RECYCLE_MAX 8
+
+/* The list holds at most an eighth of coalesce-size. */
+static unsigned
+recycle_room (void)
+{
+  return MIN (RECYCLE_MAX, co.buffer_limit / HUGE_PAGE / 8);
+}
+
+static uint64_t recycled[RECYCLE_MAX];
+static unsigned n_recycled;
+static bool recycle_off; /* a move or a remap failed: no more recycling */
+
+/* Map [lo, hi) (huge pages) afresh, empty; 0 or -1. */
+static int
+remap_fresh (uint64_t lo, uint64_t hi)
+{
+  if (mmap (co.map + lo, hi - lo, PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0)
+      == MAP_FAILED)
+    return -1;
+  return madvise (co.map + lo, hi - lo, MADV_HUGEPAGE);
+}
+
+/* Give the pages of [lo, hi) (page-aligned, unused) back: huge pages
+ * onto the recycle list while it has room, the rest to the kernel.
+ */
+static void
+give_back (uint64_t lo, uint64_t hi)
+{
+  unsigned i;
+
+  if (co.set.page_size != HUGE_PAGE)
+    {
+      madvise (co.map + lo, hi - lo, MADV_DONTNEED);
+      return;
+    }
+#ifdef MREMAP_DONTUNMAP
+  for (; lo < hi && n_recycled < recycle_room () && !recycle_off;
+       lo += HUGE_PAGE)
+    {
+      for (i = 0; i < n_recycled && recycled[i] != lo; ++i)
+        ;
+      if (i == n_recycled)
+        recycled[n_recycled++] = lo;
+    }
+#endif
+  if (lo < hi && (recycle_off || remap_fresh (lo, hi) == -1))
+    madvise (co.map + lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Forget the recycle list, giving its pages back to the kernel. */
+static void
+recycle_drop (void)
+{
+  while (n_recycled > 0)
+    {
+      uint64_t r = recycled[--n_recycled];
+      if (ivset_count_overlaps (&co.set, r, r + HUGE_PAGE) == 0)
+        madvise (co.map + r, HUGE_PAGE, MADV_DONTNEED);
+    }
+}
+
+/* A write into [a, b) is about to be buffered (nothing carved yet):
+ * each huge page of it that holds no buffered byte, and so is not
+ * resident, gets a recycled page moved under it.
+ */
+static void
+recycle_into (uint64_t a, uint64_t b)
+{
+#ifdef MREMAP_DONTUNMAP
+  uint64_t p;
+  unsigned i;
+
+  if (co.set.page_size != HUGE_PAGE)
+    return;
+  for (p = ROUND_DOWN (a, HUGE_PAGE); p < b && n_recycled > 0 && !recycle_off;
+       p += HUGE_PAGE)
+    {
+      if (ivset_count_overlaps (&co.set, p, p + HUGE_PAGE) > 0
+          || (p < co.kept_hi && co.kept_lo < p + HUGE_PAGE))
+        continue; /* resident already */
+      for (i = 0; i < n_recycled && recycled[i] != p; ++i)
+        ;
+      if (i < n_recycled)
+        {
+          /* Listed itself: resident; use it in place. */
+          recycled[i] = recycled[--n_recycled];
+          continue;
+        }
+      while (n_recycled > 0)
+        {
+          uint64_t r = recycled[--n_recycled];
+
+          if (ivset_count_overlaps (&co.set, r, r + HUGE_PAGE) > 0)
+            continue; /* buffered into again since it was listed */
+          if (mremap (co.map + r, HUGE_PAGE, HUGE_PAGE,
+                      MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                      co.map + p)
+              == MAP_FAILED)
+            {
+              nbdkit_debug ("coalesce: not recycling pages: mremap: %m");
+              recycle_off = true;
+              recycle_drop ();
+              return;
+            }
+          co.pages_recycled++;
+          if (remap_fresh (r, r + HUGE_PAGE) == -1)
+            {
+              /* r stays mapped, empty (MREMAP_DONTUNMAP), as a mapping
+               * of its own: harmless, but stop making more of them.
+               */
+              nbdkit_debug ("coalesce: not recycling pages: mmap: %m");
+              recycle_off = true;
+              recycle_drop ();
+              return;
+            }
+          break;
+        }
+    }
+#endif
+}
+
+/* Give back the pages of [lo, hi) (page-aligned) that no buffered
+ * interval touches (give_back).
  */
 static void
 release_unused_pages (uint64_t lo, uint64_t hi)
@@ -85,7 +228,7 @@ release_unused_pages (uint64_t lo, uint64_t hi)
       else
         i = set->len;
       if (lo < busy_lo)
-        madvise (co.map + lo, busy_lo - lo, MADV_DONTNEED);
+        give_back (lo, busy_lo);
       lo = MAX (lo, busy_hi);
       if (i == set->len)
         break;
@@ -113,6 +256,7 @@ set_page_size (uint64_t pg)
   if (co.kept_lo < co.kept_hi)
     release_unused_pages (co.kept_lo, co.kept_hi);
   co.kept_lo = co.kept_hi = 0;
+  recycle_drop ();
   madvise (co.map, co.map_len - HUGE_PAGE,
            pg == HUGE_PAGE ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   co.set.page_size = pg;
@@ -308,6 +452,7 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
   /* The bytes this write replaces may be owed to a flush that is in
    * progress: the write takes over their sequence number.
    */
+  recycle_into (a, b);
   inherited = ivset_oldest (&co.set, a, b);
   idx = ivset_carve (&co.set, a, b, NULL, NULL);
   ivset_insert (

@@ -322,13 +322,15 @@ coalesce_cleanup (nbdkit_backend *backend)
       "flushes in %" PRIu64 " out %" PRIu64 ", zeroed while buffered %" PRIu64
       " bytes, back-pressure wait %.3f s, large writes that waited "
       "for order %" PRIu64 " (gave up %" PRIu64 "), "
-      "page size %" PRIu64 " (switched %" PRIu64 " times)",
+      "page size %" PRIu64 " (switched %" PRIu64 " times), "
+      "huge pages recycled %" PRIu64,
       co.writes_in, co.bytes_in, co.writes_in - co.direct_writes,
       co.bytes_in - co.direct_bytes, co.writes_out, co.bytes_out,
       co.writes_out ? co.bytes_out / co.writes_out : 0, co.direct_writes,
       co.direct_bytes, co.unmerged_writes, co.unmerged_bytes, co.flushes_in,
       co.flushes_out, co.zeroes_dropped_bytes, co.backpressure_ns / 1e9,
-      co.order.waits, co.order.timeouts, co.set.page_size, co.page_switches);
+      co.order.waits, co.order.timeouts, co.set.page_size, co.page_switches,
+      co.pages_recycled);
 
   if (co.below)
     {

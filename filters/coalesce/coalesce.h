@@ -168,6 +168,7 @@ struct coalesce
    */
   uint64_t direct_writes, direct_bytes, unmerged_writes, unmerged_bytes;
   uint64_t backpressure_ns;
+  uint64_t pages_recycled; /* huge pages moved, not faulted in (buffer.c) */
 
   /* Writer threads (not protected: started and joined by one thread). */
   pthread_t bg_threads[BG_THREADS_MAX];
