@@ -97,6 +97,17 @@ static uint64_t recycled[RECYCLE_MAX];
 static unsigned n_recycled;
 static bool recycle_off; /* a move or a remap failed: no more recycling */
 
+/* The index of page p in recycled[], or n_recycled if it is not listed. */
+static unsigned
+listed_at (uint64_t p)
+{
+  unsigned i;
+
+  for (i = 0; i < n_recycled && recycled[i] != p; ++i)
+    ;
+  return i;
+}
+
 /* Map [lo, hi) (huge pages) afresh, empty; 0 or -1. */
 static int
 remap_fresh (uint64_t lo, uint64_t hi)
@@ -114,8 +125,6 @@ remap_fresh (uint64_t lo, uint64_t hi)
 static void
 give_back (uint64_t lo, uint64_t hi)
 {
-  unsigned i;
-
   if (co.set.page_size != HUGE_PAGE)
     {
       madvise (co.map + lo, hi - lo, MADV_DONTNEED);
@@ -125,9 +134,7 @@ give_back (uint64_t lo, uint64_t hi)
   for (; lo < hi && n_recycled < recycle_room () && !recycle_off;
        lo += HUGE_PAGE)
     {
-      for (i = 0; i < n_recycled && recycled[i] != lo; ++i)
-        ;
-      if (i == n_recycled)
+      if (listed_at (lo) == n_recycled)
         recycled[n_recycled++] = lo;
     }
 #endif
@@ -166,8 +173,7 @@ recycle_into (uint64_t a, uint64_t b)
       if (ivset_count_overlaps (&co.set, p, p + HUGE_PAGE) > 0
           || (p < co.kept_hi && co.kept_lo < p + HUGE_PAGE))
         continue; /* resident already */
-      for (i = 0; i < n_recycled && recycled[i] != p; ++i)
-        ;
+      i = listed_at (p);
       if (i < n_recycled)
         {
           /* Listed itself: resident; use it in place. */
@@ -449,10 +455,10 @@ buffer_write (const void *buf, uint32_t count, uint64_t offset,
       *err = ENOMEM;
       return -1;
     }
+  recycle_into (a, b);
   /* The bytes this write replaces may be owed to a flush that is in
    * progress: the write takes over their sequence number.
    */
-  recycle_into (a, b);
   inherited = ivset_oldest (&co.set, a, b);
   idx = ivset_carve (&co.set, a, b, NULL, NULL);
   ivset_insert (
