@@ -45,10 +45,12 @@ buffered=$(sed -n -E 's/.*buffered ([0-9]+) \(([0-9]+) bytes\).*/\2/p' <<<"$line
 recycled=$(sed -n -E 's/.*huge pages recycled ([0-9]+).*/\1/p' <<<"$line")
 [ -n "$recycled" ] || fail "no recycle counter in the log"
 # The copy was buffered (4 connections at once) ...
-[ "$buffered" -ge $((128 * MiB)) ] ||
+# (How much depends on how the connections overlap in time: 451M on
+# an idle machine, 126M under a parallel sanitizer build.)
+[ "$buffered" -ge $((32 * MiB)) ] ||
   fail "only $buffered bytes were buffered: the test did not exercise the buffer"
-# ... and its 2M pages came from recycling (128 in one run here).
-[ "$recycled" -ge 64 ] || fail "only $recycled huge pages recycled"
+# ... and its 2M pages came from recycling (251 idle, 68 loaded).
+[ "$recycled" -ge 16 ] || fail "only $recycled huge pages recycled"
 # Without the fresh mappings every page that was moved would stay a
 # mapping of its own (129 pieces here); with them, only the few pages
 # listed or kept when the copy ended are apart.
