@@ -86,7 +86,10 @@ perf_on ()                      # NAME
   perfpid=
   [ -n "$perfdir" ] && [ "${server%%=*}" != qemu-nbd ] || return 0
   mkdir -p "$perfdir"
-  perf record -q -g -p "$pid" -o "$perfdir/$1.data" 2>/dev/null &
+  # The pid file names nbdstack-nbd's supervisor; nbdkit is its child.
+  local pids
+  pids=$(pgrep -d, -P "$pid" || :)
+  perf record -q -g -p "$pid${pids:+,$pids}" -o "$perfdir/$1.data" 2>/dev/null &
   perfpid=$!
   sleep 0.5
 }
