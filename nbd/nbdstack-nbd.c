@@ -98,6 +98,8 @@ serve (void)
   if (plan.nbdkit_debug)
     {
       fprintf (stderr, "%s: running: ", progname);
+      if (plan.glibc_tunables)
+        fprintf (stderr, "GLIBC_TUNABLES=%s ", plan.glibc_tunables);
       argv_print (stderr, plan.argv.v);
     }
   if (cmd.sockpath && plan.activation_fds == 0)
@@ -107,6 +109,7 @@ serve (void)
   {
     struct supervise_opts o = {
       .argv = plan.argv.v,
+      .glibc_tunables = plan.glibc_tunables,
       .activation_fds = plan.activation_fds,
       .sockpath = plan.activation_fds == 0 ? cmd.sockpath : NULL,
       .pid_file = cmd.pid_file,

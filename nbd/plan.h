@@ -30,7 +30,11 @@ struct plan
   bool coalesce;           /* the coalesce filter (the coalesce setting) */
   bool have_range;         /* the offset filter serves this byte range */
   uint64_t range_offset, range_size;
-  bool nbdkit_debug;     /* the nbdkit-debug setting */
+  bool nbdkit_debug; /* the nbdkit-debug setting */
+  /* GLIBC_TUNABLES for nbdkit (the malloc-hugepages setting), or NULL
+   * to leave the environment as it is.
+   */
+  char *glibc_tunables;
   struct argv_list argv; /* nbdkit's command line */
 };
 

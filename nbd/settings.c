@@ -52,6 +52,9 @@ static const struct known_key known[] = {
     PARAM_SETTING, DEST_NBDKIT },
   { "nbdkit-debug", "on|off: nbdkit -v, all of nbdkit's stderr", PARAM_SETTING,
     DEST_SELF },
+  { "malloc-hugepages",
+    "on|off: nbdkit's large allocations on huge pages (default on)",
+    PARAM_SETTING, DEST_SELF },
 };
 /* clang-format on */
 

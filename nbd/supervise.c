@@ -199,6 +199,8 @@ exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd, int ctlfd,
     _exit (EXIT_FAILURE);
   signal (SIGPIPE, SIG_DFL);
   sigprocmask (SIG_SETMASK, oldmask, NULL);
+  if (o->glibc_tunables)
+    setenv ("GLIBC_TUNABLES", o->glibc_tunables, 1);
   /* nbdkit takes the sockets only if LISTEN_PID is its own pid. */
   if (o->activation_fds)
     {

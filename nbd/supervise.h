@@ -8,14 +8,15 @@
 
 struct supervise_opts
 {
-  char **argv;             /* nbdkit's command line */
-  unsigned activation_fds; /* sockets at fds 3.. passed on (LISTEN_FDS) */
-  const char *sockpath;    /* the Unix socket to remove at the end, or NULL */
-  const char *pid_file;    /* where to write our pid once ready, or NULL */
-  int ready_fd;            /* --fork: told once ready (supervise_daemonize) */
-  bool keep_stderr;        /* -v: keep stderr open after --fork */
-  bool raw_stderr;         /* pass nbdkit's stderr on unfiltered (debug) */
-  const char *progname;    /* for our own messages */
+  char **argv;                /* nbdkit's command line */
+  const char *glibc_tunables; /* for nbdkit, or NULL: ours */
+  unsigned activation_fds;    /* sockets at fds 3.. passed on (LISTEN_FDS) */
+  const char *sockpath; /* the Unix socket to remove at the end, or NULL */
+  const char *pid_file; /* where to write our pid once ready, or NULL */
+  int ready_fd;         /* --fork: told once ready (supervise_daemonize) */
+  bool keep_stderr;     /* -v: keep stderr open after --fork */
+  bool raw_stderr;      /* pass nbdkit's stderr on unfiltered (debug) */
+  const char *progname; /* for our own messages */
 };
 
 /* The descriptor number at which nbdkit finds the control socket of

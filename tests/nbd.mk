@@ -20,6 +20,7 @@ NBD_TESTS = \
 	test-nbd-lastclient.sh \
 	test-nbd-list.sh \
 	test-nbd-buildtree.sh \
-	test-nbd-blocked-signals.sh
+	test-nbd-blocked-signals.sh \
+	test-nbd-malloc-hugepages.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py nbd-writer.py

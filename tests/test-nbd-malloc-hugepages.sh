@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# nbdstack-nbd: the malloc-hugepages setting.
+#  - by default nbdkit runs with glibc.malloc.hugetlb=1 in GLIBC_TUNABLES
+#    (added to what the caller has there), and, where the kernel's THP
+#    setting is madvise, the request buffer an 8 MiB write grows is
+#    mapped with MADV_HUGEPAGE (VmFlags "hg" in smaps);
+#  - malloc-hugepages=off: neither;
+#  - a GLIBC_TUNABLES that already sets glibc.malloc.hugetlb is left as
+#    it is;
+#  - a bad value is refused with one line and exit status 1.
+# SPDX-License-Identifier: BSD-3-Clause
+. ./functions.sh
+. "$srcdir/nbd-functions.sh"
+require_filter_version
+python3 -c 'import nbd' 2>/dev/null || skip "python3-libnbd is not installed"
+
+img=$T/disk.img
+truncate -s 16M "$img"
+thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || :)
+echo "THP: ${thp:-unknown}"
+
+# nbdkit, the child of the server whose pid file is NAME.pid.
+nbdkit_of () { pgrep -P "$(cat "$T/$1.pid")" | head -1; }
+
+# The GLIBC_TUNABLES nbdkit was started with ("" if none was set), from
+# the command line nbdkit-debug=on prints.  (/proc/PID/environ does not
+# tell: glibc cuts the string up in place at start-up.)
+tunables_of ()
+{
+  sed -n 's/^nbdstack-nbd: running: \(GLIBC_TUNABLES=\([^ ]*\) \)\{0,1\}nbdkit .*/\2/p' "$1" | head -1
+}
+
+# Write 8 MiB in one request and, while connected, print how many
+# mappings of nbdkit (pid $2) of at least 8 MiB carry VmFlags hg.
+hg_mappings ()
+{
+  NBDKIT_PID=$2 nbdsh -u "nbd+unix:///?socket=$1" -c '
+import os
+h.pwrite(b"\x5a" * (8 << 20), 0)
+assert h.pread(4096, 4096) == b"\x5a" * 4096
+n, size = 0, 0
+for line in open("/proc/%s/smaps" % os.environ["NBDKIT_PID"]):
+    f = line.split()
+    if "-" in f[0] and len(f) >= 5 and ":" not in f[0]:
+        a, b = (int(x, 16) for x in f[0].split("-"))
+        size = b - a
+    elif f[0] == "VmFlags:" and "hg" in f[1:] and size >= (8 << 20):
+        n += 1
+print(n)
+'
+}
+
+run () # NAME EXPECTED-TUNABLES EXPECT-HG(yes|no) SETTINGS [ENV...]
+{
+  local name=$1 want=$2 hg=$3 opts=$4 pid got n
+  shift 4
+  : >"$T/$name.log"
+  env "$@" NBDSTACK_OPTIONS="nbdkit-debug=on $opts" NBDSTACK_CONFIG=/dev/null "$NBDSTACK_NBD" --pid-file="$T/$name.pid" \
+    -t -k "$T/$name.sock" -f raw --cache=none "$img" 2>>"$T/$name.log" &
+  _fg_pid[$name]=$!
+  for ((i = 0; i < 200; i++)); do
+    [ -s "$T/$name.pid" ] && [ -S "$T/$name.sock" ] && break
+    sleep 0.05
+  done
+  [ -s "$T/$name.pid" ] || fail "$name: did not start: $(cat "$T/$name.log")"
+  pid=$(nbdkit_of "$name")
+  [ -n "$pid" ] || fail "$name: no nbdkit child"
+  grep -q '^nbdstack-nbd: running: ' "$T/$name.log" ||
+    fail "$name: nbdkit-debug=on printed no command line"
+  got=$(tunables_of "$T/$name.log")
+  echo "$name: nbdkit GLIBC_TUNABLES='$got'"
+  [ "$got" = "$want" ] || fail "$name: GLIBC_TUNABLES '$got', expected '$want'"
+  n=$(hg_mappings "$T/$name.sock" "$pid")
+  echo "$name: $n mapping(s) of 8 MiB or more with MADV_HUGEPAGE"
+  if [ "$thp" = madvise ]; then
+    if [ "$hg" = yes ]; then
+      [ "$n" -ge 1 ] || fail "$name: no request buffer mapped with MADV_HUGEPAGE"
+    else
+      [ "$n" = 0 ] || fail "$name: $n mappings with MADV_HUGEPAGE, expected none"
+    fi
+  else
+    echo "$name: THP is '$thp', not madvise: glibc does not madvise, mappings not checked"
+  fi
+  stop_fg "$name"
+  [ "$exit_status" = 0 ] || fail "$name: exit status $exit_status"
+}
+
+run default glibc.malloc.hugetlb=1 yes ""
+run merged glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1 yes "" \
+  GLIBC_TUNABLES=glibc.malloc.arena_max=2
+run off "" no malloc-hugepages=off
+run off-kept "" no malloc-hugepages=off GLIBC_TUNABLES=glibc.malloc.arena_max=2
+run callers "" no "" GLIBC_TUNABLES=glibc.malloc.hugetlb=0
+
+# A bad value: one line, exit status 1, nothing served.
+rc=0
+NBDSTACK_OPTIONS=malloc-hugepages=maybe "$NBDSTACK_NBD" -t -k "$T/bad.sock" \
+  -f raw "$img" 2>"$T/bad.err" || rc=$?
+cat "$T/bad.err"
+[ "$rc" = 1 ] || fail "malloc-hugepages=maybe: exit status $rc"
+[ "$(wc -l <"$T/bad.err")" = 1 ] || fail "malloc-hugepages=maybe: not one line"
+grep -q 'malloc-hugepages=maybe: expected on or off' "$T/bad.err" ||
+  fail "malloc-hugepages=maybe: message does not name the setting"
+[ ! -e "$T/bad.sock" ] || fail "malloc-hugepages=maybe: a socket was created"
+echo "OK"
