@@ -198,8 +198,9 @@ plan_nbdkit_debug (struct plan *p)
  * grows and zeroes (memset) on first use: imageio's 8 MiB requests make
  * that 4 connections x 4 threads x 8 MiB of fresh pages per transfer,
  * and faulting them in 4 KiB at a time was 40% of the server's CPU in a
- * qcow2 download (perf, bench/imageio-rw.sh); with huge pages the same
- * transfers took 20-35% less server CPU.  qemu-nbd keeps its buffers.
+ * qcow2 download (perf, bench/imageio-rw.sh).  With huge pages, in three
+ * interleaved runs, imageio's downloads took 5-35% less server CPU
+ * (medians) and its uploads the same within noise.
  */
 static void
 plan_malloc (struct plan *p)
