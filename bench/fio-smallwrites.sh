@@ -12,7 +12,9 @@
 #   BUILD=./build [BASE_BUILD=DIR] bench/fio-smallwrites.sh
 #
 # Environment: RUNS=3, N=1000, TMPDIR=/var/tmp (disk-backed, O_DIRECT),
-# MODE=none (cache mode of the image plugin: none or writeback).
+# MODE=none (cache mode of the image plugin: none or writeback),
+# FORMAT=raw (the image targets' file: raw, or qcow2 made by qemu-img
+# create, as oVirt makes upload targets).
 # SPDX-License-Identifier: BSD-3-Clause
 set -euo pipefail
 PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH
@@ -23,6 +25,8 @@ base=${BASE_BUILD:-}
 runs=${RUNS:-3}
 n=${N:-1000}
 mode=${MODE:-none}
+format=${FORMAT:-raw}
+case $format in raw | qcow2) ;; *) echo "fio-smallwrites: FORMAT=$format: expected raw or qcow2" >&2; exit 1 ;; esac
 command -v fio >/dev/null || { echo "fio-smallwrites: fio is not installed" >&2; exit 1; }
 . "$here/../common/stop-server.sh"
 . "$here/median.sh"
@@ -37,20 +41,21 @@ serve ()
 {
   local t=$1 b=$build f=()
   rm -f "$W/sock" "$W/pid" "$W/t.img"
-  truncate -s 256M "$W/t.img"
+  if [ "$format" = qcow2 ]; then qemu-img create -q -f qcow2 "$W/t.img" 256M
+  else truncate -s 256M "$W/t.img"; fi
   [ "$t" = stack-base ] && b=$(cd "$base" && pwd)
   case $t in
   memory) nbdkit -U "$W/sock" -P "$W/pid" memory 256M ;;
   image) nbdkit -U "$W/sock" -P "$W/pid" \
            "$build/plugins/image/.libs/nbdkit-image-plugin.so" \
-           file="$W/t.img" cache="$mode" ;;
+           file="$W/t.img" format="$format" cache="$mode" ;;
   stack*)
     for x in coalesce zerodetect discard; do
       f+=("--filter=$b/filters/$x/.libs/nbdkit-$x-filter.so")
     done
     nbdkit -U "$W/sock" -P "$W/pid" "${f[@]}" \
       "$build/plugins/image/.libs/nbdkit-image-plugin.so" \
-      file="$W/t.img" cache="$mode" ;;
+      file="$W/t.img" format="$format" cache="$mode" ;;
   esac
   for ((i = 0; i < 100; i++)); do
     [ -S "$W/sock" ] && [ -s "$W/pid" ] && break
