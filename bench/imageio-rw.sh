@@ -88,7 +88,7 @@ perf_on ()                      # NAME
   mkdir -p "$perfdir"
   # The pid file names nbdstack-nbd's supervisor; nbdkit is its child.
   local pids
-  pids=$(pgrep -d, -P "$pid" || :)
+  pids=$(cat /proc/"$pid"/task/*/children 2>/dev/null | tr -s ' \n' ',' | sed 's/,$//')
   perf record -q -g -p "$pid${pids:+,$pids}" -o "$perfdir/$1.data" 2>/dev/null &
   perfpid=$!
   sleep 0.5

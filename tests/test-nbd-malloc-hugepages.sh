@@ -19,8 +19,12 @@ truncate -s 16M "$img"
 thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || :)
 echo "THP: ${thp:-unknown}"
 
-# nbdkit, the child of the server whose pid file is NAME.pid.
-nbdkit_of () { pgrep -P "$(cat "$T/$1.pid")" | head -1; }
+# nbdkit, the child of the server whose pid file is NAME.pid (from
+# /proc: a minimal Debian has no pgrep).
+nbdkit_of ()
+{
+  cat /proc/"$(cat "$T/$1.pid")"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . | head -1
+}
 
 # The GLIBC_TUNABLES nbdkit was started with ("" if none was set), from
 # the command line nbdkit-debug=on prints.  (/proc/PID/environ does not
