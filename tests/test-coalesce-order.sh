@@ -2,9 +2,11 @@
 # coalesce: large writes (1M up to coalesce-max-write) are put in order
 # by a short wait, not by a copy into the buffer (order.c):
 #  - 8 x 2M sent in descending order by qemu-io, all in flight on one
-#    connection, reach the plugin ascending (up to 2 inversions: the
+#    connection, reach the plugin ascending (up to 3 inversions: the
 #    released writers race to the plugin; typically the first write is
-#    overtaken by the ones it releases), every one straight from the
+#    overtaken by the ones it releases, and the sanitizer build, with a
+#    second CI suite running beside it, once had 3; in arrival order they
+#    would be 7), every one straight from the
 #    client's buffer; with coalesce-order-wait=0 they go down as they
 #    came (the control: mostly descending);
 #  - a gap nobody fills holds writes up for coalesce-order-wait only,
@@ -71,7 +73,7 @@ grep -qv ' 0x200000$' "$T/gate.writes" &&
   fail "gate: large writes were buffered and merged: $(cat "$T/gate.writes")"
 n=$(inversions "$T/gate.writes")
 echo "gate: $n inversions: $(cut -d' ' -f1 "$T/gate.writes" | tr '\n' ' ')"
-[ "$n" -le 2 ] || fail "gate: $n inversions below the filter"
+[ "$n" -le 3 ] || fail "gate: $n inversions below the filter"
 
 
 # Control: without the wait they reach the plugin in arrival order.
