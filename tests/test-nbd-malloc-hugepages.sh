@@ -55,19 +55,13 @@ print(n)
 '
 }
 
-run () # NAME EXPECTED-TUNABLES EXPECT-HG(yes|no) SETTINGS [ENV...]
+run () # NAME EXPECTED-TUNABLES EXPECT-HG(yes|no) SETTINGS [VAR=VALUE...]
 {
-  local name=$1 want=$2 hg=$3 opts=$4 pid got n
+  local name=$1 want=$2 hg=$3 pid got n
+  local -x NBDSTACK_OPTIONS="nbdkit-debug=on $4"
   shift 4
-  : >"$T/$name.log"
-  env "$@" NBDSTACK_OPTIONS="nbdkit-debug=on $opts" NBDSTACK_CONFIG=/dev/null "$NBDSTACK_NBD" --pid-file="$T/$name.pid" \
-    -t -k "$T/$name.sock" -f raw --cache=none "$img" 2>>"$T/$name.log" &
-  _fg_pid[$name]=$!
-  for ((i = 0; i < 200; i++)); do
-    [ -s "$T/$name.pid" ] && [ -S "$T/$name.sock" ] && break
-    sleep 0.05
-  done
-  [ -s "$T/$name.pid" ] || fail "$name: did not start: $(cat "$T/$name.log")"
+  [ $# -eq 0 ] || local -x "$@"
+  start_fg ours "$name" -t -k "$T/$name.sock" -f raw --cache=none "$img"
   pid=$(nbdkit_of "$name")
   [ -n "$pid" ] || fail "$name: no nbdkit child"
   grep -q '^nbdstack-nbd: running: ' "$T/$name.log" ||
