@@ -87,9 +87,8 @@ perf_on ()                      # NAME
   [ -n "$perfdir" ] && [ "${server%%=*}" != qemu-nbd ] || return 0
   mkdir -p "$perfdir"
   # The pid file names nbdstack-nbd's supervisor; nbdkit is its child.
-  local pids
-  pids=$(cat /proc/"$pid"/task/*/children 2>/dev/null | tr -s ' \n' ',' | sed 's/,$//')
-  perf record -q -g -p "$pid${pids:+,$pids}" -o "$perfdir/$1.data" 2>/dev/null &
+  perf record -q -g -p "$(server_tree_pids "$pid" | paste -sd,)" \
+    -o "$perfdir/$1.data" 2>/dev/null &
   perfpid=$!
   sleep 0.5
 }

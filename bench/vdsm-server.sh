@@ -50,19 +50,23 @@ vdsm_start ()
     2>>"$log"
 }
 
-# server_tree_stats PID: "RSS_KIB CPU_TICKS", the peak RSS (VmHWM) and
-# user + system CPU of PID, its children (the pid file of nbdstack-nbd
-# names its supervisor, whose child is nbdkit) and its parent if that
-# is an nbdstack-nbd supervisor, summed.
-server_tree_stats ()
+# server_tree_pids PID: PID, its children (the pid file of nbdstack-nbd
+# names its supervisor, whose child is nbdkit) and its parent if that is
+# an nbdstack-nbd supervisor, one a line.
+server_tree_pids ()
 {
   local pid=$1 ppid
   ppid=$(awk '{ sub(/^.*\) /, ""); print $2 }' "/proc/$pid/stat")
-  {
-    echo "$pid"
-    cat /proc/"$pid"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . || :
-    [ "$(cat "/proc/$ppid/comm" 2>/dev/null)" != nbdstack-nbd ] || echo "$ppid"
-  } | while read -r p; do
+  echo "$pid"
+  cat /proc/"$pid"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . || :
+  [ "$(cat "/proc/$ppid/comm" 2>/dev/null)" != nbdstack-nbd ] || echo "$ppid"
+}
+
+# server_tree_stats PID: "RSS_KIB CPU_TICKS", the peak RSS (VmHWM) and
+# user + system CPU of server_tree_pids PID, summed.
+server_tree_stats ()
+{
+  server_tree_pids "$1" | while read -r p; do
     awk '/^VmHWM:/ { print "rss", $2 }' "/proc/$p/status"
     awk '{ sub(/^.*\) /, ""); print "cpu", $12 + $13 }' "/proc/$p/stat"
   done | awk '{ s[$1] += $2 } END { print s["rss"] + 0, s["cpu"] + 0 }'
