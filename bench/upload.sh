@@ -62,7 +62,9 @@
 #                      the same upload after 4 s of quiet 3.3 s.  The pause
 #                      gives every configuration the same, idle-server start.
 #   PREFAULT=0         GiB of memory to touch and free right before each
-#                      timed upload (after SETTLE), so that the upload's page
+#                      timed upload (after SETTLE and the server's start: the
+#                      host takes freed memory back within seconds,
+#                      so a pause after it undoes it), so that the upload's page
 #                      cache and buffers land on memory the host backs: the
 #                      other way to give every run the same start, and a
 #                      steadier one (SETTLE alone leaves runs bimodal: some
@@ -134,7 +136,12 @@ if [ -n "$filter_names" ]; then
     [ -f "$so" ] || die "FILTERS: $so not found"
     filter_args+=("--filter=$so")
   done
-  targets="$targets image+filters"
+  # Once: a TARGETS that names image+filters itself would otherwise run
+  # (and tabulate) it twice.
+  case " $targets " in
+    *" image+filters "*) ;;
+    *) targets="$targets image+filters" ;;
+  esac
   if [ -n "${BASE_BUILD:-}" ]; then
     base_build=$(cd "$BASE_BUILD" && pwd) || die "BASE_BUILD=$BASE_BUILD: no such directory"
     filter_args_base=()
@@ -143,7 +150,10 @@ if [ -n "$filter_names" ]; then
       [ -f "$so" ] || die "BASE_BUILD: $so not found"
       filter_args_base+=("--filter=$so")
     done
-    targets="$targets image+base"
+    case " $targets " in
+      *" image+base "*) ;;
+      *) targets="$targets image+base" ;;
+    esac
   fi
 fi
 # -v without nbdkit's per-request debug lines, which cost server CPU
@@ -190,6 +200,22 @@ record_cmd ()                 # KIND MODE ROLE COMMAND...
   [ -z "${cmd_seen[$k]:-}" ] || return 0
   cmd_seen[$k]=1
   printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(shift 3; printf '%q ' "$@")" >>"$cmds"
+}
+
+# Touch PREFAULT GiB and free them, right before the timed client: the
+# VM reports freed memory to its host within seconds (free page
+# reporting), after which the upload's page-cache and buffer pages cost
+# a host fault each.  Done after the server has started, so that its
+# start-up does not widen that window.
+prefault_now ()
+{
+  [ "$prefault" -eq 0 ] || python3 -c '
+import mmap, sys
+n = int(sys.argv[1]) << 30
+m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for off in range(0, n, 4096):
+    m[off] = 1
+m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much memory"
 }
 
 # ---- servers
@@ -337,15 +363,9 @@ upload_once ()                # RUN KIND MODE CLIENT
   fi                           # (else our plugin creates its own: create=true)
   sync -f "$tmp"               # start from a quiet disk (not timed)
   sleep "$settle"              # and the same memory state (SETTLE above)
-  [ "$prefault" -eq 0 ] || python3 -c '
-import mmap, sys
-n = int(sys.argv[1]) << 30
-m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-for off in range(0, n, 4096):
-    m[off] = 1
-m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much memory"
   if [ "$kind" = local ]; then
     record_cmd "$kind" "$mode" client nbdcopy --flush "$sample" "$target"
+    prefault_now
     t0=$EPOCHREALTIME
     nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
     t1=$EPOCHREALTIME
@@ -359,6 +379,7 @@ m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much mem
       imageio)   ccmd=("$build/bench/imageio-client" "$sample" "$uri") ;;
     esac
     record_cmd "$kind" "$mode" "client $client" "${ccmd[@]}"
+    prefault_now
     t0=$EPOCHREALTIME
     "${ccmd[@]}" || die "upload failed: $kind $mode $client (run $run)"
     t1=$EPOCHREALTIME
