@@ -13,7 +13,8 @@ COALESCE_TESTS = \
 	test-coalesce-order.sh \
 	test-coalesce-direct.sh \
 	test-coalesce-random.sh \
-	test-coalesce-recycle.sh
+	test-coalesce-recycle.sh \
+	test-coalesce-pagepolicy.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)
 

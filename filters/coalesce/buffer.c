@@ -242,15 +242,21 @@ release_unused_pages (uint64_t lo, uint64_t hi)
 }
 
 /* Page policy (coalesce-hugepages unset): a huge page pays when the
- * buffer fills most of it before writing it back, as a copy does; it
- * costs a 2M fault and zeroing (about 400 us here) for each write that
- * lands alone in a 2M region, as random small writes do.  So the
- * pieces written back decide: every POLICY_PIECES of them, an average
- * of at least HUGE_PAGE / 2 asks for huge pages, one below
- * HUGE_PAGE / 8 for small ones.  Switching to huge pages happens at
- * once (charging whole huge pages over-estimates what small pages
- * hold); switching back waits until the buffer is empty, so that no
- * huge page is ever charged as a small one.
+ * buffer fills a good part of it before writing it back, as a copy
+ * does; it costs a 2M fault and zeroing (about 400 us here) for each
+ * write that lands alone in a 2M region, as random small writes do.
+ * So the pieces written back decide: every POLICY_PIECES of them, an
+ * average of at least HUGE_PAGE / 8 asks for huge pages, one below
+ * HUGE_PAGE / 64 for small ones.  A copied stream of 256K writes
+ * (nbdcopy's) merges into pieces of 128K-1M, mostly above 256K: with
+ * the old 1M / 256K band it flipped to small pages and back several
+ * times an upload and paid a 4K fault per 4K copied (5 switches, 0.4 s
+ * of back-pressure, 1.6x the plugin's CPU on bench/make-used-sample);
+ * random 512-byte writes leave pieces of about 512 bytes.  Switching
+ * to huge pages happens at once (charging whole huge pages
+ * over-estimates what small pages hold); switching back waits until
+ * the buffer is empty, so that no huge page is ever charged as a small
+ * one.
  */
 #define POLICY_PIECES 16
 
@@ -288,9 +294,9 @@ buffer_note_piece (uint64_t len)
     return;
   avg = co.pol_bytes / co.pol_pieces;
   co.pol_pieces = co.pol_bytes = 0;
-  if (avg >= HUGE_PAGE / 2)
+  if (avg >= HUGE_PAGE / 8)
     want_page_size = HUGE_PAGE;
-  else if (avg < HUGE_PAGE / 8)
+  else if (avg < HUGE_PAGE / 64)
     want_page_size = co.small_page;
   if (want_page_size == HUGE_PAGE && co.set.page_size != HUGE_PAGE)
     set_page_size (HUGE_PAGE);
