@@ -129,6 +129,15 @@ esac
 case " $targets ${FILTERS:+image} " in
   *" image "*) [ -f "$plugin" ] || die "$plugin not found: build first (scripts/setup.sh $build)" ;;
 esac
+# Add target NAME unless TARGETS names it already (it would run, and be
+# tabulated, twice).
+add_target ()
+{
+  case " $targets " in
+    *" $1 "*) ;;
+    *) targets="$targets $1" ;;
+  esac
+}
 filter_args=()
 if [ -n "$filter_names" ]; then
   for f in $filter_names; do
@@ -136,12 +145,7 @@ if [ -n "$filter_names" ]; then
     [ -f "$so" ] || die "FILTERS: $so not found"
     filter_args+=("--filter=$so")
   done
-  # Once: a TARGETS that names image+filters itself would otherwise run
-  # (and tabulate) it twice.
-  case " $targets " in
-    *" image+filters "*) ;;
-    *) targets="$targets image+filters" ;;
-  esac
+  add_target image+filters
   if [ -n "${BASE_BUILD:-}" ]; then
     base_build=$(cd "$BASE_BUILD" && pwd) || die "BASE_BUILD=$BASE_BUILD: no such directory"
     filter_args_base=()
@@ -150,10 +154,7 @@ if [ -n "$filter_names" ]; then
       [ -f "$so" ] || die "BASE_BUILD: $so not found"
       filter_args_base+=("--filter=$so")
     done
-    case " $targets " in
-      *" image+base "*) ;;
-      *) targets="$targets image+base" ;;
-    esac
+    add_target image+base
   fi
 fi
 # -v without nbdkit's per-request debug lines, which cost server CPU

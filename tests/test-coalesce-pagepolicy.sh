@@ -19,12 +19,11 @@ require_filter_version
 CO=$(filter_so coalesce)
 MiB=$((1024 * 1024))
 
-grep -qE '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null ||
-  skip "transparent huge pages are off here"
+thp_available || skip "transparent huge pages are off here"
 
 # 192M of runs of 64K-448K (4K steps) with holes of 64K-1M between.
 python3 - "$T/src.img" <<'PY' || fail "could not make the source"
-import os, random, sys
+import random, sys
 rng = random.Random(21)
 size = 192 << 20
 with open(sys.argv[1], "wb") as f:

@@ -83,7 +83,7 @@ echo "two connections: RSS +${grown} MiB; $c"
 [[ $c =~ "buffered 4000 " ]] ||
   fail "two connections: writes were not buffered: $c"
 [ "$grown" -le $((64 + margin)) ] || fail "two connections: RSS grew by $grown MiB"
-if grep -qE '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+if thp_available; then
   [[ $c =~ "page size "([0-9]+)" (switched "([0-9]+)" times)" ]] &&
     [ "${BASH_REMATCH[1]}" -lt 2097152 ] && [ "${BASH_REMATCH[2]}" -ge 1 ] ||
     fail "two connections: the buffer kept huge pages for 512 B pieces: $c"

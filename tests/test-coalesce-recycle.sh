@@ -15,8 +15,7 @@ require_filter_version
 CO=$(filter_so coalesce)
 MiB=$((1024 * 1024))
 
-grep -qE '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null ||
-  skip "transparent huge pages are off here"
+thp_available || skip "transparent huge pages are off here"
 
 head -c $((256 * MiB)) /dev/urandom >"$T/src.img"
 truncate -s $((256 * MiB)) "$T/dst.img"
