@@ -383,6 +383,10 @@ writeback_start (void)
           return -1;
         }
       co.bg_running++;
+      /* Not nbdkit's name: the lifecycle filter tells nbdkit's own
+       * connection threads, which keep it, from threads like these.
+       */
+      pthread_setname_np (co.bg_threads[t], "coalesce-wb");
     }
   return 0;
 }
