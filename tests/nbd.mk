@@ -23,4 +23,5 @@ NBD_TESTS = \
 	test-nbd-blocked-signals.sh \
 	test-nbd-malloc-hugepages.sh
 TESTS += $(NBD_TESTS)
-EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py nbd-writer.py
+EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py nbd-writer.py \
+	probe-until-gone.py

@@ -30,56 +30,15 @@ for round in 1 2 3 4 5 6 7 8; do
     1) img=$T/disk.raw ;;
     0) img=$T/disk.qcow2 ;;
   esac
-  s=$T/late.sock l=$T/late-$round.log
-  rm -f "$s" "$T/late.pid"
+  name=late$round s=$(sock late$round) l=$(logfile late$round)
   LD_PRELOAD="$SHIM${LD_PRELOAD:+:$LD_PRELOAD}" THREAD_DELAY_MS=40 \
-    THREAD_DELAY_SEED=$round \
-    "$NBDKIT" -f -v --log=stderr -U "$s" -P "$T/late.pid" \
+    THREAD_DELAY_SEED=$round start_fg $name -v \
     --filter="$(filter_so lifecycle)" --filter="$(filter_so coalesce)" \
-    "$IMAGE_PLUGIN" file="$img" \
-    lifecycle-exit-last=true lifecycle-unlink="$s" 2>"$l" &
-  pid=$!
-  for ((i = 0; i < 100; i++)); do
-    [ -s "$T/late.pid" ] && [ -S "$s" ] && break
-    sleep 0.1
-  done
-  [ -S "$s" ] || fail "round $round: nbdkit did not start: $(tail -5 "$l")"
+    "$IMAGE_PLUGIN" file="$img" lifecycle-exit-last=true lifecycle-unlink="$s"
+  pid=$(pidof_srv $name)
 
-  python3 - "$s" <<'PY' >"$T/late.out" || fail "round $round: client: $(cat "$T/late.out")"
-import errno, socket, sys, threading, time
-import nbd
-path = sys.argv[1]
-seen = {}
-
-def probe():
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        s = socket.socket(socket.AF_UNIX)
-        try:
-            s.connect(path)
-            seen["accepted"] = seen.get("accepted", 0) + 1
-        except OSError as e:
-            name = errno.errorcode.get(e.errno, str(e.errno))
-            seen[name] = seen.get(name, 0) + 1
-            if e.errno == errno.ENOENT:
-                break
-        finally:
-            s.close()
-
-h = nbd.NBD()
-h.connect_unix(path)
-h.pread(512, 0)
-# Probes from just before the last client leaves until the socket has gone.
-t = threading.Thread(target=probe)
-t.start()
-time.sleep(0.02)
-h.shutdown()
-del h
-t.join()
-print(" ".join("%s=%d" % kv for kv in sorted(seen.items())))
-if "ENOENT" not in seen:
-    sys.exit(2)
-PY
+  python3 "$srcdir/probe-until-gone.py" "$s" --during >"$T/late.out" ||
+    fail "round $round: client: $(cat "$T/late.out")"
 
   for ((i = 0; i < 200; i++)); do
     kill -0 $pid 2>/dev/null || break
