@@ -387,15 +387,21 @@ static void
 wait_late_connections (void)
 {
   const struct timespec tick = { .tv_nsec = 1000000 };
-  unsigned ms, first = connection_threads (), n = first;
+  struct timespec start, t;
+  unsigned first = connection_threads (), n = first;
+  long ms = 0;
 
-  for (ms = 0; n > 0 && ms < LATE_THREADS_WAIT_MS; ++ms)
+  clock_gettime (CLOCK_MONOTONIC, &start);
+  while (n > 0 && ms < LATE_THREADS_WAIT_MS)
     {
       nanosleep (&tick, NULL);
       n = connection_threads ();
+      clock_gettime (CLOCK_MONOTONIC, &t);
+      ms = (t.tv_sec - start.tv_sec) * 1000
+           + (t.tv_nsec - start.tv_nsec) / 1000000;
     }
   if (first > 0)
-    nbdkit_debug ("lifecycle: waited %u ms for %u connection threads nbdkit "
+    nbdkit_debug ("lifecycle: waited %ld ms for %u connection threads nbdkit "
                   "had not counted (%u left)",
                   ms, first, n);
 }
