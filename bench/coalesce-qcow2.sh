@@ -16,7 +16,11 @@
 # Targets, all over unix sockets:
 #   qemu-nbd   qemu-nbd -f qcow2 directly (the baseline)
 #   nbd        nbdkit nbd plugin -> qemu-nbd (the extra hop, no filter)
-#   coalesce   nbdkit --filter=coalesce nbd -> qemu-nbd
+#   coalesce   nbdkit --filter=coalesce nbd -> qemu-nbd, with
+#              coalesce-interleaved=buffer (qemu-nbd allocates clusters
+#              in the order writes arrive)
+#   coalesce-direct  the same with the filter's default
+#              (coalesce-interleaved=direct), for comparison
 # Clients: `qemu-img convert -n -W` (out-of-order 2 MiB writes) and
 # `nbdcopy --flush` (4 connections, 256K requests); plus an in-order
 # `qemu-img convert -n` into qemu-nbd as the layout reference.
@@ -76,6 +80,8 @@ serve ()
   case $1 in
   nbd) nbdkit -U "$W/t.sock" -P "$W/n.pid" nbd socket="$qsock" ;;
   coalesce) nbdkit -U "$W/t.sock" -P "$W/n.pid" --filter="$CO" nbd \
+              socket="$qsock" coalesce-interleaved=buffer ${COALESCE_ARGS:-} ;;
+  coalesce-direct) nbdkit -U "$W/t.sock" -P "$W/n.pid" --filter="$CO" nbd \
               socket="$qsock" ${COALESCE_ARGS:-} ;;
   coalesce-base) nbdkit -U "$W/t.sock" -P "$W/n.pid" --filter="$BASE_CO" nbd \
               socket="$qsock" ${COALESCE_ARGS:-} ;;
@@ -113,7 +119,7 @@ print(n, d)'
 
 uri="nbd+unix:///?socket=$W/t.sock"
 configs="qemu-nbd:convert qemu-nbd:convert-W nbd:convert-W coalesce:convert-W
-         qemu-nbd:nbdcopy nbd:nbdcopy coalesce:nbdcopy"
+         qemu-nbd:nbdcopy nbd:nbdcopy coalesce:nbdcopy coalesce-direct:nbdcopy"
 [ -n "${BASE_CO:-}" ] && configs="$configs coalesce-base:convert-W coalesce-base:nbdcopy"
 configs=${CONFIGS:-$configs}
 runs=()

@@ -14,7 +14,8 @@ COALESCE_TESTS = \
 	test-coalesce-direct.sh \
 	test-coalesce-random.sh \
 	test-coalesce-recycle.sh \
-	test-coalesce-pagepolicy.sh
+	test-coalesce-pagepolicy.sh \
+	test-coalesce-interleaved.sh
 TESTS += $(COALESCE_TESTS)
 EXTRA_DIST += $(COALESCE_TESTS)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # coalesce: buffer memory stays bounded under a flood.  nbdcopy pushes
-# 192 MiB over 4 connections into a 32M buffer whose write-back is
+# 192 MiB over 4 connections (coalesce-interleaved=buffer: all of it
+# through the buffer) into a 32M buffer whose write-back is
 # slowed down (delay filter below), so the client is far faster than
 # the plugin: peak RSS of the server (VmHWM) must stay within
 # coalesce-size plus a margin for nbdkit's own request buffers, the
@@ -24,7 +25,8 @@ flood ()
   local co=() params=()
   if [ $2 = yes ]; then
     co=(--filter="$CO")
-    params=(coalesce-size=32M coalesce-max-write=1M coalesce-threads=2)
+    params=(coalesce-size=32M coalesce-max-write=1M coalesce-threads=2
+            coalesce-interleaved=buffer)
   fi
   truncate -s $((192 * MiB)) "$T/$name.img"
   start_nbdkit $name -v "${co[@]}" --filter=delay file "$T/$name.img" \

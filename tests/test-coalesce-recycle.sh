@@ -3,7 +3,8 @@
 # writes instead of fresh ones being faulted in (and zeroed by the
 # kernel), without losing a byte and without the process's mappings
 # growing with the amount of data.  nbdcopy pushes 256 MiB of random
-# data over 4 connections (so that its writes are buffered and merged)
+# data over 4 connections (with coalesce-interleaved=buffer, so that its
+# writes are buffered and merged)
 # through a 32M buffer with huge pages: the copy must be identical, the
 # filter must report recycled pages, and the buffer's mapping must
 # stay in a few pieces (each move splits it; the moved pages are
@@ -20,7 +21,7 @@ thp_available || skip "transparent huge pages are off here"
 head -c $((256 * MiB)) /dev/urandom >"$T/src.img"
 truncate -s $((256 * MiB)) "$T/dst.img"
 start_nbdkit srv -v --filter="$CO" file "$T/dst.img" \
-  coalesce-size=32M coalesce-hugepages=true
+  coalesce-size=32M coalesce-hugepages=true coalesce-interleaved=buffer
 pid=$(pidof_srv srv)
 copy ()
 {

@@ -24,6 +24,9 @@
   P ("coalesce-order-wait", "MS",                                              \
      "Wait for the writes before a large one (default 20).", PARAM_SETTING)    \
   P ("coalesce-hugepages", "BOOL", "Use 2M pages (default: if size >= 32M).",  \
+     PARAM_SETTING)                                                            \
+  P ("coalesce-interleaved", "direct|buffer",                                  \
+     "Writes of 64K+ from several connections (default direct).",              \
      PARAM_SETTING)
 
 #endif /* NBDSTACK_COALESCE_PARAMS_H */

@@ -92,6 +92,19 @@ set_param (const char *key, const char *value)
       co.mode = r;
       return 0;
     }
+  if (strcmp (key, "coalesce-interleaved") == 0)
+    {
+      static const struct enum_param_word interleaved_words[] = {
+        { "direct", 0 },
+        { "buffer", 1 },
+      };
+      int r;
+
+      if (parse_enum_param (key, value, interleaved_words, &r) == -1)
+        return -1;
+      co.buffer_interleaved = r;
+      return 0;
+    }
   if (strcmp (key, "coalesce-size") == 0)
     {
       int64_t r = parse_size_param (key, value);
@@ -299,10 +312,11 @@ coalesce_after_fork (nbdkit_backend *backend)
         return -1;
     }
   nbdkit_debug ("coalesce: mode=%s size=%" PRIu64 " delay=%ums "
-                "max-write=%" PRIu32 " export-size=%" PRIu64 " page=%" PRIu64,
+                "max-write=%" PRIu32 " export-size=%" PRIu64 " page=%" PRIu64
+                " interleaved=%s",
                 co.mode == MODE_WRITEBACK ? "writeback" : "writethrough",
                 co.buffer_limit, co.delay_ms, co.max_write, co.export_size,
-                co.set.page_size);
+                co.set.page_size, co.buffer_interleaved ? "buffer" : "direct");
   return 0;
 }
 
@@ -461,7 +475,11 @@ fua_alone_suffices (void)
 
 /* Whether a write below 1M will merge with something if buffered:
  * - while several connections write at once (their requests
- *   interleave: nbdcopy, several qemu-img or fio jobs);
+ *   interleave: nbdcopy, several qemu-img or fio jobs): a small one
+ *   (below SMALL_WRITE_MAX) always, a larger one only if it touches or
+ *   overlaps data already buffered, unless coalesce-interleaved=buffer
+ *   asks for every one (a plugin that allocates in arrival order gets
+ *   each region in one ascending pass, at the price of a copy);
  * - one that ends where the write before it (on any connection) began:
  *   a descending run, which the buffer turns around;
  * - a small one (below SMALL_WRITE_MAX) next to or over data already
@@ -478,9 +496,15 @@ merges_likely (struct order_stream *s, uint64_t offset, uint32_t count)
   const uint64_t end = offset + count;
   bool descending, touches = false;
 
-  if (coalesce_debug_buffer_all
-      || __atomic_load_n (&co.order.writing_streams, __ATOMIC_RELAXED) > 1)
+  if (coalesce_debug_buffer_all)
     return true;
+  if (__atomic_load_n (&co.order.writing_streams, __ATOMIC_RELAXED) > 1)
+    {
+      if (co.buffer_interleaved || count < SMALL_WRITE_MAX)
+        return true;
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
+      return buffer_touches (offset, end);
+    }
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
     descending = end == co.last_lo && co.last_lo < co.last_hi;

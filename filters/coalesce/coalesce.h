@@ -79,6 +79,13 @@ struct coalesce
   uint64_t max_write_param;
   int use_hugepages; /* -1 auto, 0 off, 1 on */
   unsigned threads;
+  /* coalesce-interleaved=buffer: while several connections write, copy
+   * every write, to hand a plugin that lays data out in arrival order
+   * each region in one ascending pass.  direct (false): writes of
+   * SMALL_WRITE_MAX and more that touch nothing buffered go down
+   * uncopied even then.
+   */
+  bool buffer_interleaved;
 
   /* Set when the stack below is not PARALLEL: every call down then
    * holds below_lock (see CALL_BELOW).
@@ -100,8 +107,8 @@ struct coalesce
   /* What order.c is given: coalesce-order-wait, its counters, and the
    * connections with a write, zero or trim in progress
    * (order.writing_streams): while several write at once their
-   * requests interleave, and only the buffer can put them back
-   * together.
+   * requests interleave, and only the buffer can put small pieces (or,
+   * with buffer_interleaved, all of them) back together.
    */
   struct order_shared order;
 
