@@ -30,8 +30,15 @@ copy ()
 }
 # The buffer is the only mapping with MADV_HUGEPAGE (VmFlags "hg"):
 # count the pieces it is in.
-pieces () { grep -c '^VmFlags:.* hg' "/proc/$pid/smaps"; }
-pieces_before=$(pieces)
+pieces () { grep -c '^VmFlags:.* hg' "/proc/$pid/smaps" || :; }
+# nbdkit writes its pidfile before .after_fork, where the filter maps
+# the buffer: wait for the mapping (the sanitizer build under load was
+# seen reading smaps first).
+for ((i = 0; i < 100; i++)); do
+  pieces_before=$(pieces)
+  [ "$pieces_before" -ge 1 ] && break
+  sleep 0.1
+done
 copy
 copy
 pieces_after=$(pieces)
