@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # coalesce-interleaved: writes of 64K and more from several connections
 # writing at once.
-#  - direct (the default): they reach the plugin uncopied, as sent;
+#  - direct: they reach the plugin uncopied, as sent;
 #  - buffer: they are copied into the buffer and written back merged in
 #    ascending order, one request for the whole region;
+#  - auto (the default): buffer when the plugin was given cache=none,
+#    else direct;
 #  - either way a small write among them is still buffered, and the file
 #    holds what was written.
 # Connection A keeps one 32K write in flight for seconds (nbdkit's delay
@@ -74,19 +76,38 @@ PY
   echo "$name: writes below:"; sed 's/^/  /' "$T/$name.below"
 }
 
-run direct
-c=$(counters "$(logfile direct)")
-# The 4K write alone is buffered; A's and B's eight go down as sent.
-[[ $c =~ "writes in 10 ".*" buffered 1 (4096 bytes)" ]] ||
-  fail "direct: expected only the 4K write buffered: $c"
-n=$(grep -c 'count=0x40000$' "$T/direct.below")
-[ "$n" = 8 ] || fail "direct: expected B's 8 writes of 256K below, got $n"
+# check_direct NAME / check_buffer NAME: what the run did.
+check_direct ()
+{
+  local c
+  c=$(counters "$(logfile "$1")")
+  [[ $c =~ "writes in 10 ".*" buffered 1 (4096 bytes)" ]] ||
+    fail "$1: expected only the 4K write buffered: $c"
+  n=$(grep -c 'count=0x40000$' "$T/$1.below")
+  [ "$n" = 8 ] || fail "$1: expected B's 8 writes of 256K below, got $n"
+}
+check_buffer ()
+{
+  local c
+  c=$(counters "$(logfile "$1")")
+  [[ $c =~ "writes in 10 ".*" buffered 9 (2101248 bytes)" ]] ||
+    fail "$1: expected B's nine writes buffered: $c"
+  grep -qx 'offset=0x1000000 count=0x200000' "$T/$1.below" ||
+    fail "$1: B's region did not reach the plugin as one 2M write"
+}
 
+run default
+check_direct default
 run buffer coalesce-interleaved=buffer
-c=$(counters "$(logfile buffer)")
-[[ $c =~ "writes in 10 ".*" buffered 9 (2101248 bytes)" ]] ||
-  fail "buffer: expected B's nine writes buffered: $c"
-grep -qx 'offset=0x1000000 count=0x200000' "$T/buffer.below" ||
-  fail "buffer: B's region did not reach the plugin as one 2M write"
+check_buffer buffer
+# auto follows the plugin's cache parameter.
+run auto-none cache=none
+check_buffer auto-none
+grep -q 'interleaved=buffer (auto: cache=none below)' "$(logfile auto-none)" ||
+  fail "auto-none: the debug line does not say why it buffers"
+run auto-default cache=default
+check_direct auto-default
+run direct-none coalesce-interleaved=direct cache=none
+check_direct direct-none
 
 echo "test-coalesce-interleaved: ok"

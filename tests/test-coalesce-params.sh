@@ -37,9 +37,9 @@ bad 'coalesce-mode=true: expected writeback or writethrough' \
 bad 'coalesce-hugepages=maybe: expected true or false' coalesce-hugepages=maybe
 bad 'coalesce-hugepages=: expected true or false' coalesce-hugepages=
 bad 'coalesce-hugepages=2: expected true or false' coalesce-hugepages=2
-bad 'coalesce-interleaved=yes: expected direct or buffer' \
+bad 'coalesce-interleaved=yes: expected auto, direct or buffer' \
   coalesce-interleaved=yes
-bad 'coalesce-interleaved=: expected direct or buffer' coalesce-interleaved=
+bad 'coalesce-interleaved=: expected auto, direct or buffer' coalesce-interleaved=
 bad 'coalesce-order-wait=1001: must be between 0 and 1000' \
   coalesce-order-wait=1001
 
@@ -48,6 +48,7 @@ good coalesce-order-wait=0
 good coalesce-order-wait=1000
 good coalesce-mode=writethrough
 good coalesce-interleaved=direct
+good coalesce-interleaved=auto
 good coalesce-interleaved=buffer
 for b in true false yes no on off 1 0 TRUE Off; do
   good coalesce-hugepages=$b

@@ -25,8 +25,7 @@
      "Wait for the writes before a large one (default 20).", PARAM_SETTING)    \
   P ("coalesce-hugepages", "BOOL", "Use 2M pages (default: if size >= 32M).",  \
      PARAM_SETTING)                                                            \
-  P ("coalesce-interleaved", "direct|buffer",                                  \
-     "Writes of 64K+ from several connections (default direct).",              \
-     PARAM_SETTING)
+  P ("coalesce-interleaved", "auto|direct|buffer",                             \
+     "Writes of 64K+ from several connections (default auto).", PARAM_SETTING)
 
 #endif /* NBDSTACK_COALESCE_PARAMS_H */

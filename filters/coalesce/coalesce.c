@@ -62,6 +62,7 @@ struct coalesce co = {
   .delay_ms = 50,
   .max_write_param = 4 * 1024 * 1024,
   .use_hugepages = -1,
+  .interleaved = -1,
   .threads = BG_THREADS_DEFAULT,
   .order = { .wait_ms = 20 },
   .below_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -95,6 +96,7 @@ set_param (const char *key, const char *value)
   if (strcmp (key, "coalesce-interleaved") == 0)
     {
       static const struct enum_param_word interleaved_words[] = {
+        { "auto", -1 },
         { "direct", 0 },
         { "buffer", 1 },
       };
@@ -102,7 +104,7 @@ set_param (const char *key, const char *value)
 
       if (parse_enum_param (key, value, interleaved_words, &r) == -1)
         return -1;
-      co.buffer_interleaved = r;
+      co.interleaved = r;
       return 0;
     }
   if (strcmp (key, "coalesce-size") == 0)
@@ -183,7 +185,21 @@ set_param (const char *key, const char *value)
 }
 
 /* Ours if COALESCE_PARAMS lists it, else the next layer's. */
-PARAM_FILTER_CONFIG (coalesce_config, coalesce_params, set_param)
+PARAM_FILTER_CONFIG (config_own_or_next, coalesce_params, set_param)
+
+/* As config_own_or_next, noting on the way whether the layers below
+ * were given cache=none (the image and file plugins' parameter; see
+ * coalesce-interleaved=auto).  The last one given counts, as in the
+ * plugin.
+ */
+static int
+coalesce_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
+                 const char *key, const char *value)
+{
+  if (strcmp (key, "cache") == 0)
+    co.below_cache_none = strcmp (value, "none") == 0;
+  return config_own_or_next (next, nxdata, key, value);
+}
 
 #define coalesce_config_help COALESCE_PARAMS (PARAM_HELP_LINE)
 
@@ -212,6 +228,8 @@ coalesce_get_ready (int thread_model)
    * works over any plugin, at the speed that plugin allows.
    */
   co.serialize_below = thread_model != NBDKIT_THREAD_MODEL_PARALLEL;
+  co.buffer_interleaved
+      = co.interleaved == -1 ? co.below_cache_none : co.interleaved == 1;
   co.order.grace_ms
       = MIN ((unsigned)coalesce_debug_order_grace_ms, co.order.wait_ms);
   if (co.serialize_below)
@@ -313,10 +331,13 @@ coalesce_after_fork (nbdkit_backend *backend)
     }
   nbdkit_debug ("coalesce: mode=%s size=%" PRIu64 " delay=%ums "
                 "max-write=%" PRIu32 " export-size=%" PRIu64 " page=%" PRIu64
-                " interleaved=%s",
+                " interleaved=%s%s",
                 co.mode == MODE_WRITEBACK ? "writeback" : "writethrough",
                 co.buffer_limit, co.delay_ms, co.max_write, co.export_size,
-                co.set.page_size, co.buffer_interleaved ? "buffer" : "direct");
+                co.set.page_size, co.buffer_interleaved ? "buffer" : "direct",
+                co.interleaved != -1  ? ""
+                : co.below_cache_none ? " (auto: cache=none below)"
+                                      : " (auto)");
   return 0;
 }
 

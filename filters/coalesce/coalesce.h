@@ -83,8 +83,13 @@ struct coalesce
    * every write, to hand a plugin that lays data out in arrival order
    * each region in one ascending pass.  direct (false): writes of
    * SMALL_WRITE_MAX and more that touch nothing buffered go down
-   * uncopied even then.
+   * uncopied even then.  Fixed in .get_ready; until then interleaved
+   * holds the parameter (-1 auto, 0 direct, 1 buffer), and auto means
+   * buffer exactly when a cache=none parameter passed through .config
+   * to the plugin (O_DIRECT below, where merged writes are faster).
    */
+  int interleaved;
+  bool below_cache_none;
   bool buffer_interleaved;
 
   /* Set when the stack below is not PARALLEL: every call down then
