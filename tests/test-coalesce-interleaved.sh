@@ -2,16 +2,21 @@
 # coalesce-interleaved: writes of 64K and more from several connections
 # writing at once.
 #  - direct: they reach the plugin uncopied, as sent;
-#  - buffer: they are copied into the buffer and written back merged in
-#    ascending order, one request for the whole region;
+#  - buffer: those of a connection with other requests in flight (a
+#    pipelining client, nbdcopy) are copied into the buffer and written
+#    back merged in ascending order, one request for the whole region;
+#    those of a connection at queue depth 1 (imageio) go down uncopied;
 #  - auto (the default): buffer when the plugin was given cache=none,
 #    else direct;
 #  - either way a small write among them is still buffered, and the file
 #    holds what was written.
 # Connection A keeps one 32K write in flight for seconds (nbdkit's delay
 # filter below the filter), so connection B's writes all arrive while
-# two connections write; B sends 8 x 256K in descending order, which
-# only the buffer turns into one ascending write.
+# two connections write.  B keeps one zero in flight the same way (so
+# it pipelines from its first write on) and sends 8 x 256K in
+# descending order, which only the buffer turns into one ascending
+# write; with QD1=1 B sends them one at a time and no zero, and A's
+# slow request is a zero (DW=0: writes are not delayed).
 # SPDX-License-Identifier: BSD-3-Clause
 . ./functions.sh
 require nbdsh
@@ -37,9 +42,9 @@ run ()
   shift
   truncate -s 64M "$T/$name.img"
   start_nbdkit "$name" -v --filter="$CO" --filter=log --filter=delay \
-    file "$T/$name.img" logfile="$T/$name-below.log" delay-write=3 \
-    coalesce-delay=600000 "$@"
-  URI="$(uri "$name")" REF="$T/$name.ref" nbdsh -c - <<'PY' || fail "$name: nbdsh failed"
+    file "$T/$name.img" logfile="$T/$name-below.log" delay-write="${DW:-3}" \
+    delay-zero=3 coalesce-delay=600000 "$@"
+  URI="$(uri "$name")" QD1="${QD1:-0}" REF="$T/$name.ref" nbdsh -c - <<'PY' || fail "$name: nbdsh failed"
 import os, time
 uri = os.environ["URI"]
 a = nbd.NBD(); a.connect_uri(uri)
@@ -53,12 +58,25 @@ def data(off, n):
 # A: one write that stays in flight below the filter for 3 s, small
 # enough for libnbd to send it whole without polling A (alone at queue
 # depth 1 it goes down directly).
-ca = a.aio_pwrite(data(0, 32 * K), 0)
+if os.environ["QD1"] == "1":
+    ca = a.aio_zero(64 * K, 48 << 20)  # writes below are not delayed
+else:
+    ca = a.aio_pwrite(data(0, 32 * K), 0)
 time.sleep(0.5)
 assert not a.aio_command_completed(ca), "A's write did not stay in flight"
-cmds = [b.aio_pwrite(data((16 << 20) + i * 256 * K, 256 * K),
-                     (16 << 20) + i * 256 * K)
-        for i in reversed(range(8))]
+cmds = []
+if os.environ["QD1"] == "1":
+    for i in reversed(range(8)):
+        b.pwrite(data((16 << 20) + i * 256 * K, 256 * K),
+                 (16 << 20) + i * 256 * K)
+else:
+    # B's zero stays in flight below the filter for 3 s.
+    cmds.append(b.aio_zero(64 * K, 40 << 20))
+    time.sleep(0.3)
+    assert not b.aio_command_completed(cmds[0]), "B's zero did not stay in flight"
+    cmds += [b.aio_pwrite(data((16 << 20) + i * 256 * K, 256 * K),
+                          (16 << 20) + i * 256 * K)
+             for i in reversed(range(8))]
 cmds.append(b.aio_pwrite(data(32 << 20, 4 * K), 32 << 20))
 for h in (b, a):
     while h.aio_in_flight() > 0:
@@ -76,12 +94,12 @@ PY
   echo "$name: writes below:"; sed 's/^/  /' "$T/$name.below"
 }
 
-# check_direct NAME / check_buffer NAME: what the run did.
+# check_direct NAME [WRITES] / check_buffer NAME: what the run did.
 check_direct ()
 {
   local c
   c=$(counters "$(logfile "$1")")
-  [[ $c =~ "writes in 10 ".*" buffered 1 (4096 bytes)" ]] ||
+  [[ $c =~ "writes in ${2:-10} ".*" buffered 1 (4096 bytes)" ]] ||
     fail "$1: expected only the 4K write buffered: $c"
   n=$(grep -c 'count=0x40000$' "$T/$1.below")
   [ "$n" = 8 ] || fail "$1: expected B's 8 writes of 256K below, got $n"
@@ -109,5 +127,9 @@ run auto-default cache=default
 check_direct auto-default
 run direct-none coalesce-interleaved=direct cache=none
 check_direct direct-none
+# buffer copies nothing for a connection at queue depth 1: its writes
+# have no neighbour on the way.
+QD1=1 DW=0 run buffer-qd1 coalesce-interleaved=buffer
+check_direct buffer-qd1 9
 
 echo "test-coalesce-interleaved: ok"

@@ -498,9 +498,13 @@ fua_alone_suffices (void)
  * - while several connections write at once (their requests
  *   interleave: nbdcopy, several qemu-img or fio jobs): a small one
  *   (below SMALL_WRITE_MAX) always, a larger one only if it touches or
- *   overlaps data already buffered, unless coalesce-interleaved=buffer
- *   asks for every one (a plugin that allocates in arrival order gets
- *   each region in one ascending pass, at the price of a copy);
+ *   overlaps data already buffered or, with coalesce-interleaved=buffer,
+ *   if its connection has other requests in flight (nbdcopy's: its
+ *   neighbours are on their way, and a plugin that allocates in arrival
+ *   order or writes with O_DIRECT gets each region in one ascending
+ *   pass); one at queue depth 1 on its connection (imageio's pieces of
+ *   a fragmented image, separated by holes) merges with nothing and
+ *   would only pay the copy;
  * - one that ends where the write before it (on any connection) began:
  *   a descending run, which the buffer turns around;
  * - a small one (below SMALL_WRITE_MAX) next to or over data already
@@ -521,7 +525,8 @@ merges_likely (struct order_stream *s, uint64_t offset, uint32_t count)
     return true;
   if (__atomic_load_n (&co.order.writing_streams, __ATOMIC_RELAXED) > 1)
     {
-      if (co.buffer_interleaved || count < SMALL_WRITE_MAX)
+      if (count < SMALL_WRITE_MAX
+          || (co.buffer_interleaved && order_pipelined (s)))
         return true;
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&co.lock);
       return buffer_touches (offset, end);

@@ -232,6 +232,12 @@ order_expects_neighbour (struct order_stream *s, uint64_t offset, uint64_t end)
              && offset > s->end && offset - s->end <= ORDER_WINDOW);
 }
 
+bool
+order_pipelined (struct order_stream *s)
+{
+  return s && __atomic_load_n (&s->inflight, __ATOMIC_RELAXED) > 1;
+}
+
 static bool
 lowest_waiting (const struct order_stream *s, uint64_t offset)
 {

@@ -52,6 +52,10 @@ extern bool order_follows_large (struct order_stream *s, uint64_t offset);
 /* True if a small write [offset, end) will probably get a neighbour. */
 extern bool order_expects_neighbour (struct order_stream *s, uint64_t offset,
                                      uint64_t end);
+/* True if s's connection has another request in flight besides the
+ * caller's (a pipelining client: its neighbours may be on their way).
+ */
+extern bool order_pipelined (struct order_stream *s);
 /* Wait (bounded) until the stream reaches offset; returns when the write
  * may go down.
  */
