@@ -10,6 +10,7 @@ QCOW2_TESTS = \
 	test-qcow2-refcount.sh \
 	test-qcow2-write.sh \
 	test-qcow2-crash.sh \
+	test-qcow2-crash-layouts.sh \
 	test-qcow2-create.sh \
 	test-qcow2-group.sh \
 	test-qcow2-write-refuse.sh \

@@ -56,3 +56,25 @@ refused ()
     start_refused refused$_q2_refused "$IMAGE_PLUGIN" file="$T/$img" "$@"
   echo "ok: $img${*:+ $*} refused: $msg"
 }
+
+# crash_images NAME SEED: power failures during writes, zeroes and
+# discards on NAME.qcow2 (in $T).  A recording hostio logs every write
+# and flush, and 300 images a crash could have left (everything a
+# completed flush made durable, any subset of later writes, torn at
+# sectors) are built at random points of the log (test_crash in
+# test-qcow2-write-unit.c checks that each opens and keeps all flushed
+# data).  qemu-img check must accept every one: leaks are allowed
+# (exit 3), errors never.
+crash_images ()
+{
+  local name=$1 seed=$2 f n=0
+  mkdir "$T/$name.d"
+  "$abs_builddir/test-qcow2-write-unit" crash "$T/$name.qcow2" "$T/$name.d" \
+    "$seed" 300 300
+  for f in "$T/$name.d"/crash-*.qcow2; do
+    check_leaks_only "$f" "crash image"
+    n=$((n + 1))
+  done
+  [ $n -eq 300 ] || fail "$name: $n crash images, expected 300"
+  rm -rf "$T/$name.d"
+}
