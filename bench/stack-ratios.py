@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+# nbdstack: the issue-21 table, full stack against the plugin alone, from
+# bench/upload.sh's raw per-run records (RESULTS=FILE; Debian python3,
+# standard library only).
+#
+#   bench/stack-ratios.py RESULTS.tsv [RESULTS.tsv...]
+#
+# One row per (format, cache mode, client) cell that has both targets
+# (image[:qcow2] and image+filters[:qcow2]):
+#   alone, stack   median wall seconds / median server CPU seconds
+#   median ratio   stack median / alone median (wall, CPU): the targets,
+#                  <= 1.05 wall and <= 1.15 CPU; `**` marks a miss
+#   min ratio      stack fastest / alone fastest: on this VM the noise
+#                  only ever adds time (host faults, a slow disk phase),
+#                  so the fastest run is the closest to the work itself
+#   round ratios   stack / alone within each round (upload.sh runs every
+#                  configuration once per round, shuffled), so a slow
+#                  phase of the machine hits both: lowest, median and
+#                  highest of the wall ratios
+# SPDX-License-Identifier: BSD-3-Clause
+
+import collections
+import statistics
+import sys
+
+WALL_TARGET = 1.05
+CPU_TARGET = 1.15
+
+
+def load(paths):
+    """(target, mode, client) -> {run: (wall, cpu)}; later files add runs."""
+    cells = collections.defaultdict(dict)
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) < 6 or fields[0] in ("target", "local"):
+                    continue
+                try:
+                    wall, cpu = float(fields[4]), float(fields[5])
+                except ValueError:
+                    continue
+                key = (fields[0], fields[1], fields[2])
+                run = (path, fields[3])
+                cells[key][run] = (wall, cpu)
+    return cells
+
+
+def fmt_pair(a, b):
+    return f"{a:.2f} / {b:.2f}"
+
+
+def main(paths):
+    cells = load(paths)
+    rows = sorted({(t.partition(":")[2] or "raw", m, c)
+                   for (t, m, c) in cells if t.startswith("image")})
+    print("| format | mode | client | n | alone wall / CPU | stack wall / CPU "
+          "| median ratio | min ratio | round wall ratios (low, median, high) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    misses = 0
+    for fmt, mode, client in rows:
+        sfx = "" if fmt == "raw" else ":" + fmt
+        alone = cells.get(("image" + sfx, mode, client))
+        stack = cells.get(("image+filters" + sfx, mode, client))
+        if not alone or not stack:
+            continue
+        aw = [v[0] for v in alone.values()]
+        ac = [v[1] for v in alone.values()]
+        sw = [v[0] for v in stack.values()]
+        sc = [v[1] for v in stack.values()]
+        mw = statistics.median(sw) / statistics.median(aw)
+        mc = statistics.median(sc) / statistics.median(ac)
+        miss = mw > WALL_TARGET or mc > CPU_TARGET
+        misses += miss
+        paired = sorted(stack[r][0] / alone[r][0] for r in stack if r in alone)
+        rounds = (f"{paired[0]:.2f}, {statistics.median(paired):.2f}, {paired[-1]:.2f}"
+                  if paired else "-")
+        print(f"| {fmt} | {mode} | {client} | {min(len(aw), len(sw))} "
+              f"| {fmt_pair(statistics.median(aw), statistics.median(ac))} "
+              f"| {fmt_pair(statistics.median(sw), statistics.median(sc))} "
+              f"| {fmt_pair(mw, mc)}{' **' if miss else ''} "
+              f"| {fmt_pair(min(sw) / min(aw), min(sc) / min(ac))} | {rounds} |")
+    print(f"\n{misses} cell(s) over {WALL_TARGET}x wall or {CPU_TARGET}x CPU (median ratio)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: stack-ratios.py RESULTS.tsv [RESULTS.tsv...]")
+    main(sys.argv[1:])
