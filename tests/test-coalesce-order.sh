@@ -8,7 +8,9 @@
 #    second CI suite running beside it, once had 3; in arrival order they
 #    would be 7), every one straight from the
 #    client's buffer; with coalesce-order-wait=0 they go down as they
-#    came (the control: mostly descending);
+#    came (the control: mostly descending), and so they do by default
+#    unless coalesce-interleaved=buffer is given (the startup debug line
+#    says which wait each combination resolves to);
 #  - a gap nobody fills holds writes up for coalesce-order-wait only,
 #    and not at all when nothing else is in flight on the connection;
 #  - two connections writing their own regions in order do not wait for
@@ -45,8 +47,10 @@ run_descending ()
   # buffered write until the flush, which would merge them into 4M.
   # On a loaded machine requests sent together can arrive more than the
   # default 5 ms apart: give them the whole coalesce-order-wait.
+  local -a gate=(coalesce-order-wait="$wait")
+  [ "$wait" = default ] && gate=()
   start_nbdkit "$name" --filter="$CO" --filter=log memory 64M \
-    logfile="$T/$name-requests.log" coalesce-order-wait="$wait" \
+    logfile="$T/$name-requests.log" "${gate[@]}" \
     coalesce-delay=600000 -D coalesce.order_grace_ms=1000
   local args=() i
   for i in 7 6 5 4 3 2 1 0; do
@@ -81,6 +85,26 @@ run_descending nogate 0
 n=$(inversions "$T/nogate.writes")
 echo "control (coalesce-order-wait=0): $n inversions"
 [ "$n" -ge 4 ] || fail "control: expected mostly descending writes, got $n inversions"
+
+# The gate is off unless coalesce-interleaved=buffer declares a plugin
+# that lays data out in arrival order (or coalesce-order-wait is given):
+# by default the writes go down as they came, as in the control.
+run_descending nodefault default
+n=$(inversions "$T/nodefault.writes")
+echo "default (no coalesce-order-wait): $n inversions"
+[ "$n" -ge 4 ] || fail "default: expected no gate (mostly descending), got $n inversions"
+# What each combination resolves to (the debug line at startup).
+i=0
+for args in "|0" "coalesce-interleaved=buffer|20" "coalesce-interleaved=direct|0" \
+  "coalesce-interleaved=buffer coalesce-order-wait=7|7" "coalesce-order-wait=9|9"; do
+  i=$((i + 1))
+  # shellcheck disable=SC2086 # the parameters are words
+  start_nbdkit resolve$i -v --filter="$CO" memory 8M ${args%|*}
+  stop_nbdkit resolve$i
+  grep -q "coalesce: mode=.* order-wait=${args#*|}ms" "$(logfile resolve$i)" ||
+    fail "'${args%|*}': expected order-wait=${args#*|}ms: $(grep -o 'coalesce: mode=.*' "$(logfile resolve$i)")"
+done
+echo "order-wait resolves: default 0, buffer 20, direct 0, given values kept"
 
 # 2. A gap that never fills: while the connection has a request in
 #    flight that is not waiting (a zero, slowed down by nbdkit's delay

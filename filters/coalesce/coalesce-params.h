@@ -22,7 +22,9 @@
   P ("coalesce-threads", "N", "Background writers (default 8).",               \
      PARAM_SETTING)                                                            \
   P ("coalesce-order-wait", "MS",                                              \
-     "Wait for the writes before a large one (default 20).", PARAM_SETTING)    \
+     "Wait for the writes before a large one (default 20 with "                \
+     "coalesce-interleaved=buffer, else 0).",                                  \
+     PARAM_SETTING)                                                            \
   P ("coalesce-hugepages", "BOOL", "Use 2M pages (default: if size >= 32M).",  \
      PARAM_SETTING)                                                            \
   P ("coalesce-interleaved", "auto|direct|buffer",                             \

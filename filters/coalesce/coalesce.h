@@ -58,6 +58,11 @@ enum coalesce_mode
  */
 #define SMALL_WRITE_MAX (64 * 1024)
 
+/* coalesce-order-wait when not given, in front of a plugin declared to
+ * allocate in arrival order (coalesce-interleaved=buffer); 0 otherwise.
+ */
+#define ORDER_WAIT_DEFAULT_MS 20
+
 /* The page size of a buffer backed by transparent huge pages. */
 #define HUGE_PAGE (2 * 1024 * 1024)
 
@@ -116,6 +121,12 @@ struct coalesce
    * with buffer_interleaved, all of them) back together.
    */
   struct order_shared order;
+  /* coalesce-order-wait, or -1 if not given: then the gate waits
+   * ORDER_WAIT_DEFAULT_MS in front of a plugin declared to allocate in
+   * arrival order (an explicit coalesce-interleaved=buffer) and not at
+   * all otherwise (see coalesce_get_ready).
+   */
+  int order_wait_param;
 
   /* Page policy (coalesce-hugepages unset): huge pages while write-back
    * takes pieces large enough to fill them, small pages otherwise (see
