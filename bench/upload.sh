@@ -49,7 +49,9 @@
 #                      CLIENTS product; the others are left out of the table
 #   RESULTS=FILE       also write the raw per-run results (TSV) there: target,
 #                      mode, client, run, seconds, server CPU, extents,
-#                      allocated bytes of the result
+#                      allocated bytes of the result, KiB of free memory the
+#                      VM reported to its host while the client ran (- where
+#                      the kernel has no /sys/module/page_reporting)
 #   LAYOUT=FILE        also write the raw per-run qcow2 layout (TSV) there
 #   CMDS=FILE          also write every server and client command line used
 #                      (target, mode, role, shell-quoted command; TSV) there
@@ -71,6 +73,13 @@
 #                      pay the host faults, some do not).  6 covers a 4 GiB
 #                      sample with every client (3 left imageio runs
 #                      bimodal); it costs about 10 s per run here.
+#   PREFAULT_LEAD=0    seconds to wait between the prefault and the timed
+#                      client, so that the first free page report after the
+#                      prefault (about 1.9 s after it here) falls inside
+#                      every upload of 1-3 s instead of at the end of some
+#                      (see reported_kib below); 1 gave the plugin alone
+#                      0.64-0.78 s of writeback CPU against 0.75-1.20 s
+#                      with 0 (6 rounds each)
 #   FORMAT=raw|qcow2   format of targets named without one (default raw); a
 #                      target may name its own: TARGETS="image image:qcow2
 #                      qemu-nbd:qcow2" interleaves raw and qcow2 uploads.
@@ -203,6 +212,20 @@ record_cmd ()                 # KIND MODE ROLE COMMAND...
   printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(shift 3; printf '%q ' "$@")" >>"$cmds"
 }
 
+# KiB of free memory reported to the host so far, or - without free
+# page reporting.  Recorded around each timed client (RESULTS): after a
+# prefault this VM reports about 640 MiB of the freed memory in each of
+# passes 1.9, 4.0, 6.2, 8.4... s after it, and a pass during an upload
+# takes pages its page cache was about to use: the same writeback upload
+# (plugin alone, PREFAULT=3, 8 rounds) used 0.75-0.84 s of server CPU
+# with no report during it, 1.0-1.26 s with one.  An upload of about 2 s
+# that starts right after the prefault meets the first pass or not by a
+# few tens of milliseconds; PREFAULT_LEAD moves the start.
+reported_kib ()
+{
+  cat /sys/module/page_reporting/parameters/reported_kib 2>/dev/null || echo -
+}
+
 # Touch PREFAULT GiB and free them, right before the timed client: the
 # VM reports freed memory to its host within seconds (free page
 # reporting), after which the upload's page-cache and buffer pages cost
@@ -217,6 +240,7 @@ m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 for off in range(0, n, 4096):
     m[off] = 1
 m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much memory"
+  [ "$prefault" -eq 0 ] || sleep "${PREFAULT_LEAD:-0}"
 }
 
 # ---- servers
@@ -352,7 +376,7 @@ results=$tmp/results
 upload_once ()                # RUN KIND MODE CLIENT
 {
   local run=$1 kind=$2 mode=$3 client=$4 target=$tmp/target.img
-  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag alloc
+  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag alloc rk0 rk1 rep=-
   local -a ccmd
   rm -f "$target"
   local tfmt
@@ -367,9 +391,11 @@ upload_once ()                # RUN KIND MODE CLIENT
   if [ "$kind" = local ]; then
     record_cmd "$kind" "$mode" client nbdcopy --flush "$sample" "$target"
     prefault_now
+    rk0=$(reported_kib)
     t0=$EPOCHREALTIME
     nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
     t1=$EPOCHREALTIME
+    rk1=$(reported_kib)
   else
     start_server "$kind" "$mode" "$target" ||
       die "$kind ($mode) did not start: $(tail -n 3 "$log")"
@@ -381,9 +407,11 @@ upload_once ()                # RUN KIND MODE CLIENT
     esac
     record_cmd "$kind" "$mode" "client $client" "${ccmd[@]}"
     prefault_now
+    rk0=$(reported_kib)
     t0=$EPOCHREALTIME
     "${ccmd[@]}" || die "upload failed: $kind $mode $client (run $run)"
     t1=$EPOCHREALTIME
+    rk1=$(reported_kib)
     cpu=$(server_cpu)
     stop_server
     if [ "${COUNTERS:-0}" = 1 ] && [[ $kind == image+* ]]; then
@@ -398,7 +426,8 @@ upload_once ()                # RUN KIND MODE CLIENT
   frag=$(filefrag "$target" 2>/dev/null | awk '{ print $(NF - 2) }') || frag=-
   [[ $frag =~ ^[0-9]+$ ]] || frag=-
   alloc=$(( $(stat -c '%b * %B' "$target") ))
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" >>"$results"
+  [ "$rk0" = - ] || [ "$rk1" = - ] || rep=$((rk1 - rk0))
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" "$rep" >>"$results"
   say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents), verified"
   rm -f "$target"
 }
