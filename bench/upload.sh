@@ -73,13 +73,6 @@
 #                      pay the host faults, some do not).  6 covers a 4 GiB
 #                      sample with every client (3 left imageio runs
 #                      bimodal); it costs about 10 s per run here.
-#   PREFAULT_LEAD=0    seconds to wait between the prefault and the timed
-#                      client, so that the first free page report after the
-#                      prefault (about 1.9 s after it here) falls inside
-#                      every upload of 1-3 s instead of at the end of some
-#                      (see reported_kib below); 1 gave the plugin alone
-#                      0.64-0.78 s of writeback CPU against 0.75-1.20 s
-#                      with 0 (6 rounds each)
 #   FORMAT=raw|qcow2   format of targets named without one (default raw); a
 #                      target may name its own: TARGETS="image image:qcow2
 #                      qemu-nbd:qcow2" interleaves raw and qcow2 uploads.
@@ -213,14 +206,15 @@ record_cmd ()                 # KIND MODE ROLE COMMAND...
 }
 
 # KiB of free memory reported to the host so far, or - without free
-# page reporting.  Recorded around each timed client (RESULTS): after a
-# prefault this VM reports about 640 MiB of the freed memory in each of
-# passes 1.9, 4.0, 6.2, 8.4... s after it, and a pass during an upload
-# takes pages its page cache was about to use: the same writeback upload
-# (plugin alone, PREFAULT=3, 8 rounds) used 0.75-0.84 s of server CPU
-# with no report during it, 1.0-1.26 s with one.  An upload of about 2 s
-# that starts right after the prefault meets the first pass or not by a
-# few tens of milliseconds; PREFAULT_LEAD moves the start.
+# page reporting.  Recorded around each timed client (RESULTS) because
+# it looked like the cause of the bimodal server CPU: this VM reports
+# about 640 MiB of the prefault's memory in passes 1.9, 4.0, 6.2, 8.4...
+# s after it, and in 8 rounds of one writeback upload (plugin alone,
+# PREFAULT=3) the 4 runs without a report used 0.75-0.84 s, the 4 with
+# one 1.0-1.26 s.  It is not the whole story: starting the client 1 s
+# after the prefault put exactly one pass into nearly every upload of a
+# whole matrix, and the same configurations still spread 0.72-1.36 s
+# (bench/README.md, 2026-12-07).
 reported_kib ()
 {
   cat /sys/module/page_reporting/parameters/reported_kib 2>/dev/null || echo -
@@ -240,7 +234,6 @@ m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 for off in range(0, n, 4096):
     m[off] = 1
 m.close()' "$prefault" || die "PREFAULT=$prefault: could not touch that much memory"
-  [ "$prefault" -eq 0 ] || sleep "${PREFAULT_LEAD:-0}"
 }
 
 # ---- servers
