@@ -69,8 +69,7 @@ fresh_target ()               # FORMAT
 
 wait_socket ()
 {
-  local i
-  for i in $(seq 300); do [ -S "$sock" ] && return 0; sleep 0.1; done
+  for _ in $(seq 300); do [ -S "$sock" ] && return 0; sleep 0.1; done
   die "the server did not make its socket"
 }
 
