@@ -44,12 +44,9 @@ done
 [ -f "$plugin" ] || die "$plugin: not built"
 [ -x "$build/bench/imageio-client" ] || [[ " $clients " != *" imageio "* ]] ||
   die "$build/bench/imageio-client: not built"
-. "$here/../common/stop-server.sh"
-W=$(mktemp -d "${TMPDIR:-/var/tmp}/stack-work.XXXXXX")
-cleanup () { [ -f "$W/pid" ] && stop_pids --quiet "$(cat "$W/pid")" || true; rm -rf "$W"; }
-trap cleanup EXIT
+tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/stack-work.XXXXXX")
+. "$here/server-lib.sh"        # $sock, $pidfile, $log, stop_server, cleanup
 vsize=$(stat -c %s "$sample")
-sock=$W/sock
 uri="nbd+unix:///?socket=$sock"
 
 stack_args=()
@@ -59,11 +56,11 @@ done
 
 fresh_target ()               # FORMAT
 {
-  rm -f "$W/t.img" "$sock" "$W/pid"
+  rm -f "$tmp/t.img" "$sock"
   if [ "$1" = qcow2 ]; then
-    qemu-img create -q -f qcow2 "$W/t.img" "$vsize" || die "qemu-img create failed"
+    qemu-img create -q -f qcow2 "$tmp/t.img" "$vsize" || die "qemu-img create failed"
   else
-    truncate -s "$vsize" "$W/t.img"
+    truncate -s "$vsize" "$tmp/t.img"
   fi
 }
 
@@ -86,7 +83,7 @@ run_client ()                 # CLIENT
 
 verify ()                     # FORMAT WHAT
 {
-  qemu-img compare -q -f raw -F "$1" "$sample" "$W/t.img" ||
+  qemu-img compare -q -f raw -F "$1" "$sample" "$tmp/t.img" ||
     die "VERIFY FAILED: $2: the target differs from the sample"
 }
 
@@ -98,44 +95,44 @@ count_one ()                  # FORMAT MODE CLIENT CONFIG
   [ "$config" = alone ] || fl=("${stack_args[@]}")
 
   fresh_target "$fmt"
-  nbdkit --log=null -U "$sock" -P "$W/pid" "${fl[@]}" "$plugin" \
-    file="$W/t.img" cache="$mode" || die "nbdkit did not start"
+  nbdkit --log=stderr -U "$sock" -P "$pidfile" "${fl[@]}" "$plugin" \
+    file="$tmp/t.img" cache="$mode" 2>>"$log" || die "nbdkit did not start"
   wait_socket
-  pid=$(cat "$W/pid")
+  pid=$(cat "$pidfile")
   perf stat -x, -e raw_syscalls:sys_enter,context-switches,page-faults \
-    -p "$pid" -o "$W/perf" &
+    -p "$pid" -o "$tmp/perf" &
   perfpid=$!
   sleep 0.5                   # perf attaches to every thread
   run_client "$client" || die "upload failed: $fmt $mode $client $config"
   kill -INT "$perfpid"
   wait "$perfpid" || true
-  stop_pids "$pid"
+  stop_server
   verify "$fmt" "$fmt $mode $client $config (perf)"
 
   fresh_target "$fmt"
-  valgrind -q --tool=callgrind --callgrind-out-file="$W/cg" \
-    nbdkit -f --log=null -U "$sock" "${fl[@]}" "$plugin" \
-    file="$W/t.img" cache="$mode" &
+  valgrind -q --tool=callgrind --callgrind-out-file="$tmp/cg" \
+    nbdkit -f --log=stderr -U "$sock" "${fl[@]}" "$plugin" \
+    file="$tmp/t.img" cache="$mode" 2>>"$log" &
   pid=$!
-  echo "$pid" >"$W/pid"
+  echo "$pid" >"$pidfile"
   wait_socket
   run_client "$client" || die "upload failed: $fmt $mode $client $config (callgrind)"
-  stop_pids --timeout=60 "$pid"
+  stop_pids --timeout=60 "$pid"   # callgrind writes its counts on the way out
   wait "$pid" || true
-  rm -f "$W/pid"
+  rm -f "$pidfile"
   verify "$fmt" "$fmt $mode $client $config (callgrind)"
-  ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$W/cg")
+  ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$tmp/cg")
   [ -n "$ir" ] || die "no instruction count from callgrind"
   awk -F, -v ir="$ir" '
     $3 == "raw_syscalls:sys_enter" { sc = $1 }
     $3 == "context-switches" { cs = $1 }
     $3 == "page-faults" { pf = $1 }
     END { if (sc == "" || cs == "" || pf == "") exit 1
-          printf "%s\t%s\t%s\t%s\n", sc, cs, pf, ir }' "$W/perf" ||
+          printf "%s\t%s\t%s\t%s\n", sc, cs, pf, ir }' "$tmp/perf" ||
     die "perf counted nothing (are tracepoints available?)"
 }
 
-out=$W/results
+out=$tmp/results
 printf 'format\tmode\tclient\tconfig\tsyscalls\tswitches\tfaults\tuser_instructions\n' >"$out"
 nbdcopy "$sample" null:       # the sample in the page cache for every client
 for fmt in $formats; do
