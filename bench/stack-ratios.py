@@ -3,10 +3,14 @@
 # bench/upload.sh's raw per-run records (RESULTS=FILE; Debian python3,
 # standard library only).
 #
-#   bench/stack-ratios.py RESULTS.tsv [RESULTS.tsv...]
+#   bench/stack-ratios.py [--pair ALONE STACK] RESULTS.tsv [RESULTS.tsv...]
 #
 # One row per (format, cache mode, client) cell that has both targets
-# (image[:qcow2] and image+filters[:qcow2]):
+# (image[:qcow2] and image+filters[:qcow2], or the two --pair names,
+# to which :qcow2 is added for the qcow2 rows).  --pair image image-base
+# with upload.sh's BASE_BUILD set to BUILD itself compares the plugin
+# alone with the very same plugin: an A/A run, whose "misses" are the
+# noise the targets have to be read against.
 #   alone, stack   median wall seconds / median server CPU seconds
 #   median ratio   stack median / alone median (wall, CPU): the targets,
 #                  <= 1.05 wall and <= 1.15 CPU; `**` marks a miss
@@ -50,7 +54,7 @@ def fmt_pair(a, b):
     return f"{a:.2f} / {b:.2f}"
 
 
-def main(paths):
+def main(paths, alone_name="image", stack_name="image+filters"):
     cells = load(paths)
     rows = sorted({(t.partition(":")[2] or "raw", m, c)
                    for (t, m, c) in cells if t.startswith("image")})
@@ -60,8 +64,8 @@ def main(paths):
     misses = 0
     for fmt, mode, client in rows:
         sfx = "" if fmt == "raw" else ":" + fmt
-        alone = cells.get(("image" + sfx, mode, client))
-        stack = cells.get(("image+filters" + sfx, mode, client))
+        alone = cells.get((alone_name + sfx, mode, client))
+        stack = cells.get((stack_name + sfx, mode, client))
         if not alone or not stack:
             continue
         aw = [v[0] for v in alone.values()]
@@ -80,10 +84,17 @@ def main(paths):
               f"| {fmt_pair(statistics.median(sw), statistics.median(sc))} "
               f"| {fmt_pair(mw, mc)}{' **' if miss else ''} "
               f"| {fmt_pair(min(sw) / min(aw), min(sc) / min(ac))} | {rounds} |")
-    print(f"\n{misses} cell(s) over {WALL_TARGET}x wall or {CPU_TARGET}x CPU (median ratio)")
+    print(f"\n{misses} cell(s) over {WALL_TARGET}x wall or {CPU_TARGET}x CPU (median ratio)"
+          f" of {stack_name} over {alone_name}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: stack-ratios.py RESULTS.tsv [RESULTS.tsv...]")
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    pair = ["image", "image+filters"]
+    if args[:1] == ["--pair"]:
+        if len(args) < 3:
+            sys.exit("stack-ratios.py: --pair needs two target names")
+        pair, args = args[1:3], args[3:]
+    if not args:
+        sys.exit("usage: stack-ratios.py [--pair ALONE STACK] RESULTS.tsv [RESULTS.tsv...]")
+    main(args, *pair)
