@@ -35,7 +35,10 @@
 #                      an older build: before/after of the plugin in one run.
 #                      With FILTERS: also run target "image+base", the image
 #                      plugin (from BUILD) behind the same filters from DIR
-#                      (an older build): before/after in one interleaved run
+#                      (an older build): before/after in one interleaved run.
+#                      BASE_BUILD=BUILD makes them twins of image and
+#                      image+filters: an A/A run, the noise floor
+#                      (bench/stack-ratios.py --pair image image-base)
 #   COUNTERS=1         run the filtered targets with -v and print the coalesce
 #                      filter's exit counters after each of their uploads
 #   USED_SAMPLE=1      generate the used-disk sample (bench/make-used-sample.sh:
