@@ -2,7 +2,8 @@
 # nbdstack: many transfers on one host (issue 22 item 3).  imageio and
 # vdsm run one NBD server per transfer: start N servers at once, each
 # with vdsm's options on its own fresh target, and upload the sample into
-# every one at the same time with its own `qemu-img convert -n -W`.
+# every one at the same time with its own client (`qemu-img convert -n
+# -W` unless CLIENT says otherwise).
 #
 # Per server: peak RSS (VmHWM, summed over the server's process tree:
 # qemu-nbd, or nbdkit plus its nbdstack-nbd supervisor) and CPU seconds
@@ -22,6 +23,11 @@
 #                    build DIR, with NBDSTACK_OPTIONS=OPTIONS)
 #   NBDSTACK_OPTIONS is passed on to every nbdstack-nbd (e.g. threads=8)
 #   FORMAT=raw       raw or qcow2 (targets made with qemu-img create)
+#   CLIENT=convert-W the client of each server: convert-W (qemu-img
+#                    convert -n -W), convert (in order, without -W) or
+#                    nbdcopy (nbdcopy --flush: several connections when
+#                    the server offers multi-conn, 64 requests in flight
+#                    on each)
 #   RUNS=1           rounds (each round runs every cell once, shuffled)
 #   SIZE=1G, SAMPLE=FILE, TMPDIR=/var/tmp (disk-backed, for O_DIRECT)
 #   OUT=DIR          also write many.tsv, many.md and many.png (aggregate
@@ -36,6 +42,7 @@ top=$(cd "$here/.." && pwd)
 counts=${N:-1 4 8}
 runs=${RUNS:-1}
 format=${FORMAT:-raw}
+client=${CLIENT:-convert-W}
 build=$(cd "${BUILD:-$top/build}" && pwd)
 servers=${SERVERS:-qemu-nbd nbdstack-nbd${BASE_BUILD:+ nbdstack-nbd-base}}
 
@@ -46,6 +53,10 @@ die () { echo "many: ERROR: $*" >&2; exit 1; }
 [ -z "${BASE_BUILD:-}" ] || [ -x "$BASE_BUILD/nbd/nbdstack-nbd" ] ||
   die "BASE_BUILD=$BASE_BUILD has no nbd/nbdstack-nbd"
 case $format in raw | qcow2) ;; *) die "FORMAT=$format: raw or qcow2" ;; esac
+case $client in
+  convert-W | convert | nbdcopy) ;;
+  *) die "CLIENT=$client: convert-W, convert or nbdcopy" ;;
+esac
 export NBDSTACK_CONFIG=/dev/null
 unset NBDSTACK_NBDKIT
 
@@ -90,6 +101,16 @@ start ()
   pids+=("$(cat "$tmp/p$i")")
 }
 
+# upload URI: the client's upload of the sample to URI.
+upload ()
+{
+  case $client in
+    convert-W) qemu-img convert -n -W -f raw -O raw "$sample" "$1" ;;
+    convert) qemu-img convert -n -f raw -O raw "$sample" "$1" ;;
+    nbdcopy) nbdcopy --flush "$sample" "$1" ;;
+  esac
+}
+
 results=$tmp/results
 : >"$results"
 hz=$(getconf CLK_TCK)
@@ -102,8 +123,7 @@ one ()                          # ROUND SERVER N
   sync -f "$tmp"
   t0=$EPOCHREALTIME
   for ((i = 0; i < n; i++)); do
-    qemu-img convert -n -W -f raw -O raw "$sample" \
-      "nbd+unix:///?socket=$tmp/s$i" &
+    upload "nbd+unix:///?socket=$tmp/s$i" &
     cpids+=($!)
   done
   for ((i = 0; i < n; i++)); do
@@ -140,7 +160,7 @@ say "load after: $(uptime)"
 
 table ()
 {
-echo "$format targets, sample $(numfmt --to=iec "$vsize") virtual; $runs round(s); vdsm's options"
+echo "$format targets, sample $(numfmt --to=iec "$vsize") virtual; $runs round(s); vdsm's options; client $client"
 echo
 echo "| server | N | wall s | aggregate MB/s | peak RSS MiB per server (median / max) | CPU s per server (median) |"
 echo "|---|---:|---:|---:|---:|---:|"
@@ -173,7 +193,7 @@ if [ -n "${OUT:-}" ]; then
       echo "set terminal pngcairo size 1200,500; set output '$OUT/many.png'"
       echo "set multiplot layout 1,2; set xlabel 'servers at once (N)'; set key top left"
       for col in 2:"aggregate MB/s" 3:"peak RSS per server (MiB)"; do
-        echo "set title '${col#*:} ($format, qemu-img convert -n -W each)'; set ylabel '${col#*:}'"
+        echo "set title '${col#*:} ($format, one $client each)'; set ylabel '${col#*:}'"
         plot="plot"
         for s in $servers; do
           plot="$plot '$tmp/plot.${s//[^A-Za-z0-9]/_}' using 1:${col%%:*} with linespoints title '$s',"
