@@ -233,17 +233,31 @@ add_settings (struct plan *p, enum setting_dest dest)
       argv_addf (&p->argv, "%s=%s", s->v[i].key, s->v[i].value);
 }
 
-/* Invariant: a connection's memory is about DEFAULT_THREADS x (its
- * largest request + one 2 MiB bounce buffer) on top of nbdkit's 5 MiB.
- * nbdkit gives each worker thread of a connection its own request
- * buffer, grown to the largest request the thread has served and kept
- * until the connection closes, and a client's requests go round all the
- * threads: with nbdkit's default of 16 threads, one qemu-img convert
- * (2 MiB requests, 8 in flight) made nbdkit 55 MiB against qemu-nbd's
- * 24-27.  4 threads: 23 MiB, and uploads as fast; 1 or 2 were slower
- * (bench/many.sh; figures in bench/README.md).  threads= wins.
+/* Invariant: a connection's memory is about threads x (its largest
+ * request + one 2 MiB bounce buffer) on top of nbdkit's 5 MiB, where
+ * threads is the threads= setting, else ONE_CLIENT_THREADS when the
+ * server takes one client at a time (--shared=1, qemu-nbd's default),
+ * else SHARED_THREADS.  nbdkit gives each worker thread of a connection
+ * its own request buffer, grown (and zeroed) to the largest request the
+ * thread has served and kept until the connection closes, and a
+ * client's requests go round all the threads.
+ *
+ * One client is qemu-img or nbdcopy with several requests in flight:
+ * nbdkit's default of 16 threads made one qemu-img convert (2 MiB
+ * requests, 8 in flight) 55 MiB against qemu-nbd's 24-27; 4 threads 23
+ * MiB and as fast; 1 was 1.3-1.4x slower.
+ *
+ * Several clients at once is how vdsm runs the server for imageio
+ * (--shared=8): 4 connections, one 8 MiB request in flight on each, so
+ * every thread but the first only adds 8 MiB of fresh zeroed memory per
+ * connection and transfer (4 threads: 143 MiB peak against qemu-nbd's
+ * 50-70, and 1.1-1.2x its CPU downloading).  2 threads per connection
+ * keep a single qemu-img convert into such a server as fast as 4 (1.19
+ * against 1.20 s; 1 thread 1.60, qemu-nbd 1.49); bench/README.md has the
+ * figures.  threads= wins.
  */
-#define DEFAULT_THREADS 4
+#define ONE_CLIENT_THREADS 4
+#define SHARED_THREADS 2
 
 /* nbdkit's own options. */
 static void
@@ -274,14 +288,13 @@ add_server_options (struct plan *p)
     }
   if (c->selinux_label)
     argv_addf (&p->argv, "--selinux-label=%s", c->selinux_label);
-  /* nbdkit's worker threads per connection: the threads= setting, or
-   * DEFAULT_THREADS (see there).
-   */
+  /* nbdkit's worker threads per connection (see ONE_CLIENT_THREADS). */
   s = settings_get (&p->settings, "threads");
   if (s)
     argv_addf (&p->argv, "--threads=%s", s);
   else
-    argv_addf (&p->argv, "--threads=%d", DEFAULT_THREADS);
+    argv_addf (&p->argv, "--threads=%d",
+               c->shared == 1 ? ONE_CLIENT_THREADS : SHARED_THREADS);
 }
 
 static void

@@ -48,7 +48,8 @@ static const struct known_key known[] = {
   ZERODETECT_PARAMS (KNOWN_ZERODETECT)
   DISCARD_PARAMS (KNOWN_DISCARD)
   IMAGE_PARAMS (KNOWN_PLUGIN)
-  { "threads", "N: nbdkit -t, worker threads per connection (default 4)",
+  { "threads", "N: nbdkit -t, worker threads per connection (default 4; 2 "
+    "with --shared other than 1)",
     PARAM_SETTING, DEST_NBDKIT },
   { "nbdkit-debug", "on|off: nbdkit -v, all of nbdkit's stderr", PARAM_SETTING,
     DEST_SELF },

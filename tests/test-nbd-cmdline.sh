@@ -124,7 +124,7 @@ raw_json="json:{\"driver\": \"raw\", \"file\": {\"driver\": \"file\", \"filename
 out=$(dry --export-name= --persistent --shared=8 --socket="$sock" --cache=none \
           --aio=native --discard=unmap --detect-zeroes=unmap --allocation-depth "$raw_json")
 has "$out" "--unix=$sock"
-has "$out" "--threads=4"
+has "$out" "--threads=2"
 has "$out" "--filter=[^ ]*/nbdkit-lifecycle-filter.so"
 has "$out" "lifecycle-limit=8"
 has "$out" "lifecycle-exit-last=false"
@@ -248,12 +248,21 @@ out=$(NBDSTACK_CONFIG=$T/threads.conf dry -k "$sock" -f raw "$img")
 has "$out" "--threads=16"; one_threads "$out"
 out=$(NBDSTACK_CONFIG=$T/threads.conf NBDSTACK_OPTIONS=threads=1 dry -k "$sock" -f raw "$img")
 has "$out" "--threads=1"; one_threads "$out"
-# Without it: 4 worker threads per connection (nbdkit's default of 16
-# keeps 16 request buffers of the largest request per connection).
+# Without it: 4 worker threads per connection for one client at a time
+# (nbdkit's default of 16 keeps 16 request buffers of the largest
+# request per connection), 2 when --shared lets several clients in.
 out=$(dry -k "$sock" -f raw "$img")
 has "$out" "--threads=4"; one_threads "$out"
 out=$(dry -k "$sock" -r -f raw "$img")
 has "$out" "--threads=4"; one_threads "$out"
+out=$(dry -k "$sock" --shared=1 -f raw "$img")
+has "$out" "--threads=4"; one_threads "$out"
+out=$(dry -k "$sock" --shared=2 -f raw "$img")
+has "$out" "--threads=2"; one_threads "$out"
+out=$(dry -k "$sock" --shared=0 -f raw "$img")
+has "$out" "--threads=2"; one_threads "$out"
+out=$(NBDSTACK_CONFIG=$T/threads.conf dry -k "$sock" --shared=8 -f raw "$img")
+has "$out" "--threads=16"; one_threads "$out"
 out=$(NBDSTACK_OPTIONS="coalesce-size=16M" dry -k "$sock" -f raw "$img")
 has "$out" "--filter=[^ ]*coalesce[^ ]*"; has "$out" "coalesce-size=16M"
 expect_error "coalesce=maybe: expected on or off" env NBDSTACK_OPTIONS="coalesce=maybe" "$NBDSTACK_NBD" -k "$sock" -f raw "$img"
