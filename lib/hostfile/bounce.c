@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "bounce.h"
+#include "stat-counter.h"
 
 /* Idle buffers kept at most (more in flight at once: the extra ones are
  * made for the request and freed after it).
@@ -35,6 +36,7 @@ struct slot
 static struct slot slots[BOUNCE_KEEP];
 static atomic_uint made;  /* buffers made so far (for the summary) */
 static atomic_uint freed; /* buffers freed at put: the pool was full */
+static uint64_t taken;    /* bounce_get calls (stat_add) */
 
 void *
 bounce_get (void)
@@ -42,6 +44,7 @@ bounce_get (void)
   void *p;
   int err;
 
+  stat_add (&taken, 1);
   for (unsigned i = 0; i < BOUNCE_KEEP; ++i)
     if (atomic_load_explicit (&slots[i].p, memory_order_relaxed) != NULL)
       {
@@ -78,10 +81,11 @@ bounce_put (void *p)
 }
 
 void
-bounce_pool_free (unsigned *made_r, unsigned *freed_r)
+bounce_pool_free (unsigned *made_r, unsigned *freed_r, uint64_t *taken_r)
 {
   for (unsigned i = 0; i < BOUNCE_KEEP; ++i)
     free (atomic_exchange (&slots[i].p, NULL));
   *made_r = atomic_load (&made);
   *freed_r = atomic_load (&freed);
+  *taken_r = stat_get (&taken);
 }

@@ -14,6 +14,7 @@
 #define NBDSTACK_IMAGE_BOUNCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Every pooled buffer.  Larger requests are copied through it in
  * chunks, one O_DIRECT call each.
@@ -33,8 +34,9 @@ extern void *bounce_get (void);
  */
 extern void bounce_put (void *p);
 /* At unload: free the idle buffers; *made: how many were ever made,
- * *freed: how many a put freed because the pool was full.
+ * *freed: how many a put freed because the pool was full, *taken: how
+ * many times a buffer was taken (requests that needed one).
  */
-extern void bounce_pool_free (unsigned *made, unsigned *freed);
+extern void bounce_pool_free (unsigned *made, unsigned *freed, uint64_t *taken);
 
 #endif /* NBDSTACK_IMAGE_BOUNCE_H */

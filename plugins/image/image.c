@@ -93,12 +93,13 @@ static void
 image_unload (void)
 {
   unsigned made, freed;
+  uint64_t taken;
 
-  bounce_pool_free (&made, &freed);
+  bounce_pool_free (&made, &freed, &taken);
   if (made > 0)
     nbdkit_debug ("bounce pool: %u buffer(s) of %u bytes made, %u freed "
-                  "when the pool was full",
-                  made, (unsigned)BOUNCE_SIZE, freed);
+                  "when the pool was full, taken %" PRIu64 " time(s)",
+                  made, (unsigned)BOUNCE_SIZE, freed, taken);
   free (filename);
   free (unwritable_path);
 }
