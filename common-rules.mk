@@ -28,9 +28,10 @@ SUFFIXES = .pod .1
 	  --release="nbdstack $(VERSION)" --name=$* \
 	  --utf8 $< >$@-t && mv $@-t $@
 
-## nbdkit loads only the .so from its plugindir and filterdir; like
-## nbdkit's own packaging, leave no libtool .la there.  libtool's
-## uninstall then has no .la to read, so remove the .so ourselves.
+## nbdkit loads only the .so from its plugindir and filterdir, and
+## ld.so only the .so of a preload library (preloaddir); like nbdkit's
+## own packaging, leave no libtool .la there.  libtool's uninstall then
+## has no .la to read, so remove the .so ourselves.
 install-data-hook:
 	@list='$(plugin_LTLIBRARIES)'; for la in $$list; do \
 	  echo " rm -f '$(DESTDIR)$(plugindir)/$$la'"; \
@@ -39,6 +40,10 @@ install-data-hook:
 	list='$(filter_LTLIBRARIES)'; for la in $$list; do \
 	  echo " rm -f '$(DESTDIR)$(filterdir)/$$la'"; \
 	  rm -f "$(DESTDIR)$(filterdir)/$$la"; \
+	done; \
+	list='$(preload_LTLIBRARIES)'; for la in $$list; do \
+	  echo " rm -f '$(DESTDIR)$(preloaddir)/$$la'"; \
+	  rm -f "$(DESTDIR)$(preloaddir)/$$la"; \
 	done
 
 uninstall-hook:
@@ -48,5 +53,9 @@ uninstall-hook:
 	done; \
 	list='$(filter_LTLIBRARIES)'; for la in $$list; do \
 	  so="$(DESTDIR)$(filterdir)/`basename $$la .la`.so"; \
+	  echo " rm -f '$$so'"; rm -f "$$so"; \
+	done; \
+	list='$(preload_LTLIBRARIES)'; for la in $$list; do \
+	  so="$(DESTDIR)$(preloaddir)/`basename $$la .la`.so"; \
 	  echo " rm -f '$$so'"; rm -f "$$so"; \
 	done

@@ -140,38 +140,69 @@ exe_builddir (void)
   return strdup (exe);
 }
 
-/* Where our plugin and filters are: the build tree named by
- * NBDSTACK_BUILDDIR, else the build tree this program was run from,
- * else the directories they were installed into.  Our filters are
- * always named by path, so a private install does not depend on
- * nbdkit's own filterdir.
+/* Where our plugin, filters and preload library are: the build tree
+ * named by NBDSTACK_BUILDDIR, else the build tree this program was run
+ * from (or NULL), else the directories they were installed into.  Our
+ * filters are always named by path, so a private install does not
+ * depend on nbdkit's own filterdir.
  */
-char *
-component_path (const char *kind, const char *name)
+static const char *
+builddir (void)
 {
-  static char *builddir;
+  static char *dir;
   static bool looked;
   const char *env = getenv ("NBDSTACK_BUILDDIR");
-  char *p;
-  int r;
 
   if (!looked)
     {
       looked = true;
-      builddir = env && *env ? strdup (env) : exe_builddir ();
+      dir = env && *env ? strdup (env) : exe_builddir ();
     }
-  if (builddir)
-    r = asprintf (&p, "%s/%ss/%s/.libs/nbdkit-%s-%s.so", builddir, kind, name,
-                  name, kind);
+  return dir;
+}
+
+/* P if it is readable, else die naming it. */
+static char *
+readable (char *p)
+{
+  if (access (p, R_OK) == -1)
+    die ("%s: %m (is nbdstack installed? NBDSTACK_BUILDDIR names a build "
+         "tree)",
+         p);
+  return p;
+}
+
+char *
+component_path (const char *kind, const char *name)
+{
+  const char *b = builddir ();
+  char *p;
+  int r;
+
+  if (b)
+    r = asprintf (&p, "%s/%ss/%s/.libs/nbdkit-%s-%s.so", b, kind, name, name,
+                  kind);
   else
     r = asprintf (&p, "%s/nbdkit-%s-%s.so",
                   strcmp (kind, "plugin") == 0 ? PLUGINDIR : FILTERDIR, name,
                   kind);
   if (r == -1)
     die ("out of memory");
-  if (access (p, R_OK) == -1)
-    die ("%s: %m (is nbdstack installed? NBDSTACK_BUILDDIR names a build "
-         "tree)",
-         p);
-  return p;
+  return readable (p);
+}
+
+char *
+preload_path (const char *name)
+{
+  const char *b = builddir ();
+  char *p;
+  int r;
+
+  if (b)
+    r = asprintf (&p, "%s/nbd/.libs/nbdstack-%s.so", b, name);
+  else
+    r = asprintf (&p, "%s/nbdstack-%s.so", PKGLIBDIR, name);
+  if (r == -1)
+    die ("out of memory");
+  return readable (p);
 }

@@ -24,4 +24,9 @@ extern void nbdkit_check_version (void);
  */
 extern char *component_path (const char *kind, const char *name);
 
+/* The malloc'd path of our preload library NAME ("alignbuf"), from the
+ * build tree or the install directory; dies if it is not there.
+ */
+extern char *preload_path (const char *name);
+
 #endif /* NBDSTACK_NBD_LOCATE_H */

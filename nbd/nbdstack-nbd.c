@@ -100,6 +100,8 @@ serve (void)
       fprintf (stderr, "%s: running: ", progname);
       if (plan.glibc_tunables)
         fprintf (stderr, "GLIBC_TUNABLES=%s ", plan.glibc_tunables);
+      if (plan.ld_preload)
+        fprintf (stderr, "LD_PRELOAD=%s ", plan.ld_preload);
       argv_print (stderr, plan.argv.v);
     }
   if (cmd.sockpath && plan.activation_fds == 0)
@@ -110,6 +112,7 @@ serve (void)
     struct supervise_opts o = {
       .argv = plan.argv.v,
       .glibc_tunables = plan.glibc_tunables,
+      .ld_preload = plan.ld_preload,
       .activation_fds = plan.activation_fds,
       .sockpath = plan.activation_fds == 0 ? cmd.sockpath : NULL,
       .pid_file = cmd.pid_file,

@@ -220,6 +220,36 @@ plan_malloc (struct plan *p)
     die ("malloc: %m");
 }
 
+/* Invariant: unless align-buffers=off, or the cache mode has the
+ * plugin use the page cache, nbdkit runs with our nbdstack-alignbuf.so
+ * at the end of LD_PRELOAD (after what the caller preloads, such as a
+ * sanitizer's runtime, which must come first and then keeps its own
+ * realloc).  It makes the request buffers nbdkit grows with realloc
+ * start on a page, so the plugin's O_DIRECT reads and writes go to and
+ * from them directly instead of through a bounce buffer
+ * (nbd/alignbuf.c).
+ */
+static void
+plan_alignbuf (struct plan *p)
+{
+  const struct cmdline *c = p->cmd;
+  const char *s = settings_get (&p->settings, "align-buffers");
+  const char *old = getenv ("LD_PRELOAD");
+  char *path;
+
+  if (s && strcmp (s, "off") != 0 && strcmp (s, "on") != 0)
+    die ("align-buffers=%s: expected on or off", s);
+  if ((s && strcmp (s, "off") == 0)
+      || (c->cache != CACHE_NONE && c->cache != CACHE_DIRECTSYNC))
+    return;
+  path = preload_path ("alignbuf");
+  if (asprintf (&p->ld_preload, "%s%s%s", old ? old : "",
+                old && *old ? ":" : "", path)
+      == -1)
+    die ("malloc: %m");
+  free (path);
+}
+
 /* ---- the nbdkit command line */
 
 /* Every setting that goes to DEST, as key=value. */
@@ -505,6 +535,7 @@ plan_make (const struct cmdline *c, struct plan *p)
   plan_coalesce (p);
   plan_nbdkit_debug (p);
   plan_malloc (p);
+  plan_alignbuf (p);
   /* Our filters only load into the nbdkit they were built for. */
   nbdkit_check_version ();
 

@@ -35,6 +35,10 @@ struct plan
    * to leave the environment as it is.
    */
   char *glibc_tunables;
+  /* LD_PRELOAD for nbdkit (the align-buffers setting), or NULL to leave
+   * the environment as it is.
+   */
+  char *ld_preload;
   struct argv_list argv; /* nbdkit's command line */
 };
 

@@ -201,6 +201,8 @@ exec_nbdkit (const struct supervise_opts *o, pid_t parent, int errfd, int ctlfd,
   sigprocmask (SIG_SETMASK, oldmask, NULL);
   if (o->glibc_tunables)
     setenv ("GLIBC_TUNABLES", o->glibc_tunables, 1);
+  if (o->ld_preload)
+    setenv ("LD_PRELOAD", o->ld_preload, 1);
   /* nbdkit takes the sockets only if LISTEN_PID is its own pid. */
   if (o->activation_fds)
     {

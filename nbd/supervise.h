@@ -10,6 +10,7 @@ struct supervise_opts
 {
   char **argv;                /* nbdkit's command line */
   const char *glibc_tunables; /* for nbdkit, or NULL: ours */
+  const char *ld_preload;     /* for nbdkit, or NULL: ours */
   unsigned activation_fds;    /* sockets at fds 3.. passed on (LISTEN_FDS) */
   const char *sockpath; /* the Unix socket to remove at the end, or NULL */
   const char *pid_file; /* where to write our pid once ready, or NULL */

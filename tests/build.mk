@@ -10,5 +10,6 @@ AM_TESTS_ENVIRONMENT += \
 	install_plugindir='$(plugindir)'; export install_plugindir; \
 	install_filterdir='$(filterdir)'; export install_filterdir; \
 	install_bindir='$(bindir)'; export install_bindir; \
+	install_pkglibdir='$(pkglibdir)'; export install_pkglibdir; \
 	install_man1dir='$(mandir)/man1'; export install_man1dir; \
 	POD2MAN='$(POD2MAN)'; export POD2MAN;

@@ -21,7 +21,17 @@ NBD_TESTS = \
 	test-nbd-list.sh \
 	test-nbd-buildtree.sh \
 	test-nbd-blocked-signals.sh \
-	test-nbd-malloc-hugepages.sh
+	test-nbd-malloc-hugepages.sh \
+	test-nbd-align-buffers.sh
 TESTS += $(NBD_TESTS)
 EXTRA_DIST += $(NBD_TESTS) nbd-functions.sh nbd-opstream.py nbd-writer.py \
 	probe-until-gone.py
+
+# What realloc returns with nbd/nbdstack-alignbuf.so preloaded, and
+# without (test-nbd-align-buffers.sh).  Built without the sanitizers:
+# the shim has to be the first realloc it finds.
+check_PROGRAMS += alignbuf-check
+alignbuf_check_SOURCES = alignbuf-check.c
+alignbuf_check_CFLAGS = $(WARNINGS_CFLAGS)
+alignbuf_check_LDFLAGS =
+alignbuf_check_LDADD = -ldl

@@ -32,6 +32,10 @@ done
 las=$(find "$plugindir" "$filterdir" -name '*.la')
 [ -z "$las" ] || fail "libtool archives installed: $las"
 [ -x "$d$install_bindir/nbdstack-nbd" ] || fail "no $d$install_bindir/nbdstack-nbd"
+[ -f "$d$install_pkglibdir/nbdstack-alignbuf.so" ] ||
+  fail "no $d$install_pkglibdir/nbdstack-alignbuf.so"
+las=$(find "$d$install_pkglibdir" -name '*.la')
+[ -z "$las" ] || fail "libtool archives installed: $las"
 # The installed plugin loads without its .la.
 "$NBDKIT" "$plugindir/nbdkit-image-plugin.so" --dump-plugin >"$T/dump" ||
   fail "nbdkit cannot load the installed plugin"
@@ -111,11 +115,15 @@ size=$("$NBDKIT" -U - --filter="$fd/nbdkit-coalesce-filter.so" \
          --run "nbdinfo --size \"\$uri\"") ||
   fail "nbdkit with the plugin and filters installed under --prefix failed"
 [ "$size" = 1048576 ] || fail "--prefix install served size $size, not 1048576"
-# nbdstack-nbd finds them through the path compiled in at configure time,
-# without NBDSTACK_BUILDDIR.
+# nbdstack-nbd finds them (and, with --cache=none, its preload library)
+# through the paths compiled in at configure time, without
+# NBDSTACK_BUILDDIR.
+[ -f "$prefix/lib/nbdstack/nbdstack-alignbuf.so" ] ||
+  fail "--prefix: no $prefix/lib/nbdstack/nbdstack-alignbuf.so"
 s=$T/prefix.sock pidf=$T/prefix.pid
 env -u NBDSTACK_BUILDDIR -u NBDSTACK_OPTIONS NBDSTACK_CONFIG=/dev/null \
-  "$prefix/bin/nbdstack-nbd" --fork --pid-file="$pidf" -k "$s" -f raw "$T/disk.img" \
+  "$prefix/bin/nbdstack-nbd" --fork --pid-file="$pidf" -k "$s" -f raw \
+  --cache=none "$T/disk.img" \
   2>"$T/pnbd.log" || { cat "$T/pnbd.log" >&2; fail "installed nbdstack-nbd did not start"; }
 on_exit "kill \$(cat '$pidf' 2>/dev/null) 2>/dev/null"
 size=$(nbdinfo --size "nbd+unix:///?socket=$s") ||

@@ -32,7 +32,7 @@ nbdkit_of ()
 # tell: glibc cuts the string up in place at start-up.)
 tunables_of ()
 {
-  sed -n 's/^nbdstack-nbd: running: \(GLIBC_TUNABLES=\([^ ]*\) \)\{0,1\}nbdkit .*/\2/p' "$1" | head -1
+  sed -n 's/^nbdstack-nbd: running: \(GLIBC_TUNABLES=\([^ ]*\) \)\{0,1\}\(LD_PRELOAD=[^ ]* \)\{0,1\}nbdkit .*/\2/p' "$1" | head -1
 }
 
 # Write 8 MiB in one request and, while connected, print how many
