@@ -10,7 +10,8 @@
 # its pid in PIDFILE and its stderr appended to LOG.  SERVER is qemu-nbd,
 # nbdstack-nbd (of $build), nbdstack-nbd-base (of $BASE_BUILD), or
 # LABEL=DIR[,OPTIONS]: nbdstack-nbd of build DIR with
-# NBDSTACK_OPTIONS=OPTIONS; or, run as nbdkit directly with vdsm's
+# NBDSTACK_OPTIONS=OPTIONS (several separated by commas:
+# before=./build,threads=4,align-buffers=off); or, run as nbdkit directly with vdsm's
 # cache=none, image (our plugin alone) and stack (coalesce, zerodetect
 # and discard over it).  Returns 1 if it did not start.
 vdsm_start ()
@@ -35,7 +36,7 @@ vdsm_start ()
     qemu-nbd) prog=qemu-nbd bdir=$build ;;
     nbdstack-nbd) prog=$build/nbd/nbdstack-nbd bdir=$build ;;
     nbdstack-nbd-base) prog=$BASE_BUILD/nbd/nbdstack-nbd bdir=$BASE_BUILD ;;
-    *=*,*) bdir=${server#*=} opts=${bdir#*,} bdir=${bdir%%,*}
+    *=*,*) bdir=${server#*=} opts=${bdir#*,} bdir=${bdir%%,*} opts=${opts//,/ }
       prog=$bdir/nbd/nbdstack-nbd ;;
     *=*) bdir=${server#*=} prog=${server#*=}/nbd/nbdstack-nbd ;;
     *) echo "unknown server $server" >>"$log"; return 1 ;;
