@@ -56,6 +56,49 @@ start_fg ()
 # The pid a pipeline holds: the process it started.
 fg_pid () { echo "${_fg_pid[$1]}"; }
 
+# nbdkit_child NAME: nbdkit, the child of the nbdstack-nbd whose pid file
+# is $T/NAME.pid (from /proc: a minimal Debian has no pgrep); status 1
+# if there is none.
+nbdkit_child ()
+{
+  cat /proc/"$(cat "$T/$1.pid")"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . | head -1 | grep .
+}
+
+# running_env LOG VAR: what nbdstack-nbd (run with nbdkit-debug=on) set
+# VAR to in nbdkit's environment, from the command line it printed into
+# LOG ("" if it set nothing); status 1 if LOG has no command line.  (Not
+# from /proc/PID/environ: glibc cuts GLIBC_TUNABLES up in place.)
+running_env ()
+{
+  local line w
+  line=$(sed -n 's/^nbdstack-nbd: running: //p' "$1" | head -1)
+  [ -n "$line" ] || return 1
+  for w in $line; do
+    case $w in
+      [A-Z_]*=*) [ "${w%%=*}" != "$2" ] || { echo "${w#*=}"; return 0; } ;;
+      *) return 0 ;;
+    esac
+  done
+}
+
+# refuses_onoff SETTING ARGS...: nbdstack-nbd -t -k $T/bad.sock ARGS
+# with NBDSTACK_OPTIONS=SETTING (an on|off setting given another value)
+# exits 1 with one line that names it, and serves nothing.
+refuses_onoff ()
+{
+  local setting=$1 rc=0
+  shift
+  rm -f "$T/bad.sock"
+  NBDSTACK_OPTIONS=$setting "$NBDSTACK_NBD" -t -k "$T/bad.sock" "$@" \
+    2>"$T/bad.err" || rc=$?
+  cat "$T/bad.err"
+  [ "$rc" = 1 ] || fail "$setting: exit status $rc"
+  [ "$(wc -l <"$T/bad.err")" = 1 ] || fail "$setting: not one line"
+  grep -qF "$setting: expected on or off" "$T/bad.err" ||
+    fail "$setting: message does not name the setting"
+  [ ! -e "$T/bad.sock" ] || fail "$setting: a socket was created"
+}
+
 # wait_exit NAME [SECONDS]: wait for the job to exit by itself and set
 # $exit_status to its exit status, or to "running" if it is still there
 # after SECONDS.  (Not a command substitution: only this shell can wait

@@ -31,19 +31,6 @@ LD_PRELOAD=$shim "$check" aligned || fail "alignbuf-check aligned"
 img=$T/disk.img
 truncate -s 64M "$img"
 
-# nbdkit, the child of the server whose pid file is NAME.pid.
-nbdkit_of ()
-{
-  cat /proc/"$(cat "$T/$1.pid")"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . | head -1
-}
-
-# The LD_PRELOAD nbdkit was started with ("" if none), from the command
-# line nbdkit-debug=on prints.
-preload_of ()
-{
-  sed -n 's/^nbdstack-nbd: running: .*LD_PRELOAD=\([^ ]*\) nbdkit .*/\1/p' "$1" | head -1
-}
-
 # Write 8 MiB in one request and 1 MiB at an odd offset, and read both
 # back.
 roundtrip ()
@@ -70,11 +57,9 @@ run () # NAME EXPECTED-PRELOAD CACHE SETTINGS [CALLERS-LD_PRELOAD]
   else
     start_fg ours "$name" -t -k "$T/$name.sock" -f raw --cache="$cache" "$img"
   fi
-  pid=$(nbdkit_of "$name")
-  [ -n "$pid" ] || fail "$name: no nbdkit child"
-  grep -q '^nbdstack-nbd: running: ' "$T/$name.log" ||
+  pid=$(nbdkit_child "$name") || fail "$name: no nbdkit child"
+  got=$(running_env "$T/$name.log" LD_PRELOAD) ||
     fail "$name: nbdkit-debug=on printed no command line"
-  got=$(preload_of "$T/$name.log")
   echo "$name: nbdkit LD_PRELOAD='$got'"
   [ "$got" = "$want" ] || fail "$name: LD_PRELOAD '$got', expected '$want'"
   if [ -n "$want" ]; then
@@ -101,15 +86,7 @@ caller=${SANITIZER_PRELOAD:+$SANITIZER_PRELOAD:}$T/caller.so
 run caller "$caller:$shim" none "" "$caller"
 
 # A bad value: one line, exit status 1, nothing served.
-rc=0
-NBDSTACK_OPTIONS=align-buffers=maybe "$NBDSTACK_NBD" -t -k "$T/bad.sock" \
-  -f raw --cache=none "$img" 2>"$T/bad.err" || rc=$?
-cat "$T/bad.err"
-[ "$rc" = 1 ] || fail "align-buffers=maybe: exit status $rc"
-[ "$(wc -l <"$T/bad.err")" = 1 ] || fail "align-buffers=maybe: not one line"
-grep -q 'align-buffers=maybe: expected on or off' "$T/bad.err" ||
-  fail "align-buffers=maybe: message does not name the setting"
-[ ! -e "$T/bad.sock" ] || fail "align-buffers=maybe: a socket was created"
+refuses_onoff align-buffers=maybe -f raw --cache=none "$img"
 
 # ---- the bounce copies it saves
 # How many times the plugin took a bounce buffer while nbdkit (with

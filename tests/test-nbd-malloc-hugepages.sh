@@ -20,21 +20,6 @@ truncate -s 16M "$img"
 thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || :)
 echo "THP: ${thp:-unknown}"
 
-# nbdkit, the child of the server whose pid file is NAME.pid (from
-# /proc: a minimal Debian has no pgrep).
-nbdkit_of ()
-{
-  cat /proc/"$(cat "$T/$1.pid")"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . | head -1
-}
-
-# The GLIBC_TUNABLES nbdkit was started with ("" if none was set), from
-# the command line nbdkit-debug=on prints.  (/proc/PID/environ does not
-# tell: glibc cuts the string up in place at start-up.)
-tunables_of ()
-{
-  sed -n 's/^nbdstack-nbd: running: \(GLIBC_TUNABLES=\([^ ]*\) \)\{0,1\}\(LD_PRELOAD=[^ ]* \)\{0,1\}nbdkit .*/\2/p' "$1" | head -1
-}
-
 # Write 8 MiB in one request and, while connected, print how many
 # mappings of nbdkit (pid $2) of at least 8 MiB carry VmFlags hg.
 hg_mappings ()
@@ -62,11 +47,9 @@ run () # NAME EXPECTED-TUNABLES EXPECT-HG(yes|no) SETTINGS [VAR=VALUE...]
   shift 4
   [ $# -eq 0 ] || local -x "$@"
   start_fg ours "$name" -t -k "$T/$name.sock" -f raw --cache=none "$img"
-  pid=$(nbdkit_of "$name")
-  [ -n "$pid" ] || fail "$name: no nbdkit child"
-  grep -q '^nbdstack-nbd: running: ' "$T/$name.log" ||
+  pid=$(nbdkit_child "$name") || fail "$name: no nbdkit child"
+  got=$(running_env "$T/$name.log" GLIBC_TUNABLES) ||
     fail "$name: nbdkit-debug=on printed no command line"
-  got=$(tunables_of "$T/$name.log")
   echo "$name: nbdkit GLIBC_TUNABLES='$got'"
   [ "$got" = "$want" ] || fail "$name: GLIBC_TUNABLES '$got', expected '$want'"
   n=$(hg_mappings "$T/$name.sock" "$pid")
@@ -94,13 +77,5 @@ run off-kept "" no malloc-hugepages=off GLIBC_TUNABLES=glibc.malloc.arena_max=2
 run callers "" no "" GLIBC_TUNABLES=glibc.malloc.hugetlb=0
 
 # A bad value: one line, exit status 1, nothing served.
-rc=0
-NBDSTACK_OPTIONS=malloc-hugepages=maybe "$NBDSTACK_NBD" -t -k "$T/bad.sock" \
-  -f raw "$img" 2>"$T/bad.err" || rc=$?
-cat "$T/bad.err"
-[ "$rc" = 1 ] || fail "malloc-hugepages=maybe: exit status $rc"
-[ "$(wc -l <"$T/bad.err")" = 1 ] || fail "malloc-hugepages=maybe: not one line"
-grep -q 'malloc-hugepages=maybe: expected on or off' "$T/bad.err" ||
-  fail "malloc-hugepages=maybe: message does not name the setting"
-[ ! -e "$T/bad.sock" ] || fail "malloc-hugepages=maybe: a socket was created"
+refuses_onoff malloc-hugepages=maybe -f raw "$img"
 echo "OK"
