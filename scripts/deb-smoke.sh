@@ -20,7 +20,9 @@
 #   - an upload with qemu-img convert -n through
 #     nbdkit --filter=coalesce --filter=zerodetect --filter=discard image
 #     into a raw and a qcow2 target, each checked with qemu-img compare;
-#   - nbdstack-nbd --version, and a read through nbdstack-nbd compared;
+#   - nbdstack-nbd --version, and a read through nbdstack-nbd with
+#     --cache=none (which preloads the packaged nbdstack-alignbuf.so
+#     into nbdkit) compared;
 #   - purging the packages leaves nbdkit's plugindir and filterdir as they
 #     were before the install.
 # The last line is "deb-smoke: ok ..." or the script exits non-zero.
@@ -144,12 +146,12 @@ qemu-img check -q target.qcow2 || die "qemu-img check target.qcow2 failed"
 
 v=$(nbdstack-nbd --version) || die "nbdstack-nbd --version failed"
 say "nbdstack-nbd --version: $(echo "$v" | head -1)"
-nbdstack-nbd --fork --pid-file="$work/nbd.pid" -k "$work/nbd.sock" -f qcow2 -r target.qcow2 \
+nbdstack-nbd --fork --pid-file="$work/nbd.pid" -k "$work/nbd.sock" -f qcow2 -r --cache=none target.qcow2 \
   2>"$work/nbd.log" || die "nbdstack-nbd did not start: $(cat "$work/nbd.log")"
 qemu-img compare -q -f raw src.raw "nbd+unix:///?socket=$work/nbd.sock" ||
   { kill "$(cat "$work/nbd.pid")" 2>/dev/null; die "nbdstack-nbd serves other data than the source"; }
 kill "$(cat "$work/nbd.pid")" 2>/dev/null || true
-say "nbdstack-nbd -f qcow2 -r target.qcow2: identical to the source"
+say "nbdstack-nbd -f qcow2 -r --cache=none target.qcow2: identical to the source"
 
 apt-get purge -y -qq "${pkgs[@]}" >"$work/purge.log" 2>&1 ||
   { tail -20 "$work/purge.log"; die "apt-get purge failed"; }
