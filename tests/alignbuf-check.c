@@ -78,8 +78,8 @@ int
 main (int argc, char *argv[])
 {
   static const size_t walk[] = {
-    100,     LARGE,       1 << 20, 8 << 20, 5 << 20, 1 << 20,
-    1000,    (8 << 20) + 1, 200000, 300000, 70000, 16,
+    100,  LARGE,         1 << 20, 8 << 20, 5 << 20, 1 << 20,
+    1000, (8 << 20) + 1, 200000,  300000,  70000,   16,
   };
   bool loaded = dlsym (RTLD_DEFAULT, "nbdstack_alignbuf_loaded") != NULL;
   unsigned char *p = NULL;
