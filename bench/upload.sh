@@ -54,7 +54,9 @@
 #                      mode, client, run, seconds, server CPU, extents,
 #                      allocated bytes of the result, KiB of free memory the
 #                      VM reported to its host while the client ran (- where
-#                      the kernel has no /sys/module/page_reporting)
+#                      the kernel has no /sys/module/page_reporting), and
+#                      the CPU seconds the host stole from this VM (both
+#                      vCPUs, /proc/stat's steal) while the client ran
 #   LAYOUT=FILE        also write the raw per-run qcow2 layout (TSV) there
 #   CMDS=FILE          also write every server and client command line used
 #                      (target, mode, role, shell-quoted command; TSV) there
@@ -223,6 +225,15 @@ reported_kib ()
   cat /sys/module/page_reporting/parameters/reported_kib 2>/dev/null || echo -
 }
 
+# CPU seconds the host has taken from this VM's vCPUs so far (steal in
+# /proc/stat's summary line, both CPUs).  Recorded around each timed
+# client (RESULTS): on a shared host, a vCPU that waits for the host's
+# CPU is time that neither the client nor the server can use.
+steal_secs ()
+{
+  awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%.2f", $9 / hz; exit }' /proc/stat
+}
+
 # Touch PREFAULT GiB and free them, right before the timed client: the
 # VM reports freed memory to its host within seconds (free page
 # reporting), after which the upload's page-cache and buffer pages cost
@@ -373,6 +384,7 @@ upload_once ()                # RUN KIND MODE CLIENT
 {
   local run=$1 kind=$2 mode=$3 client=$4 target=$tmp/target.img
   local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag alloc rk0 rk1 rep=-
+  local st0 st1 stolen
   local -a ccmd
   rm -f "$target"
   local tfmt
@@ -388,9 +400,11 @@ upload_once ()                # RUN KIND MODE CLIENT
     record_cmd "$kind" "$mode" client nbdcopy --flush "$sample" "$target"
     prefault_now
     rk0=$(reported_kib)
+    st0=$(steal_secs)
     t0=$EPOCHREALTIME
     nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
     t1=$EPOCHREALTIME
+    st1=$(steal_secs)
     rk1=$(reported_kib)
   else
     start_server "$kind" "$mode" "$target" ||
@@ -404,9 +418,11 @@ upload_once ()                # RUN KIND MODE CLIENT
     record_cmd "$kind" "$mode" "client $client" "${ccmd[@]}"
     prefault_now
     rk0=$(reported_kib)
+    st0=$(steal_secs)
     t0=$EPOCHREALTIME
     "${ccmd[@]}" || die "upload failed: $kind $mode $client (run $run)"
     t1=$EPOCHREALTIME
+    st1=$(steal_secs)
     rk1=$(reported_kib)
     cpu=$(server_cpu)
     stop_server
@@ -423,8 +439,9 @@ upload_once ()                # RUN KIND MODE CLIENT
   [[ $frag =~ ^[0-9]+$ ]] || frag=-
   alloc=$(( $(stat -c '%b * %B' "$target") ))
   [ "$rk0" = - ] || [ "$rk1" = - ] || rep=$((rk1 - rk0))
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" "$rep" >>"$results"
-  say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents), verified"
+  stolen=$(awk -v a="$st0" -v b="$st1" 'BEGIN { printf "%.2f", b - a }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" "$rep" "$stolen" >>"$results"
+  say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents, $stolen s stolen), verified"
   rm -f "$target"
 }
 
