@@ -56,7 +56,15 @@
 #                      VM reported to its host while the client ran (- where
 #                      the kernel has no /sys/module/page_reporting), and
 #                      the CPU seconds the host stole from this VM (both
-#                      vCPUs, /proc/stat's steal) while the client ran
+#                      vCPUs, /proc/stat's steal) while the client ran,
+#                      the CPU seconds the whole VM was busy meanwhile
+#                      (/proc/stat's user, nice, system, irq and softirq,
+#                      both vCPUs) and the client's own CPU seconds: busy
+#                      less the client is the server's CPU plus the
+#                      kernel's on its behalf in other threads (page-cache
+#                      writeback by the flusher, which a flush may or may
+#                      not find already done), bench/stack-ratios.py
+#                      --cpu=machine
 #   LAYOUT=FILE        also write the raw per-run qcow2 layout (TSV) there
 #   CMDS=FILE          also write every server and client command line used
 #                      (target, mode, role, shell-quoted command; TSV) there
@@ -247,6 +255,28 @@ steal_secs ()
   awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%.2f", $9 / hz; exit }' /proc/stat
 }
 
+# CPU seconds this VM's vCPUs have been busy so far (user, nice, system,
+# irq and softirq of /proc/stat's summary line; idle, iowait and steal
+# are not work done here).  Around each timed client, it counts the
+# kernel's writeback threads too, whose share of a writeback upload's
+# work depends on when the flusher woke, not on the server.
+busy_secs ()
+{
+  awk -v hz="$(getconf CLK_TCK)" \
+      '$1 == "cpu" { printf "%.2f", ($2 + $3 + $4 + $7 + $8) / hz; exit }' /proc/stat
+}
+
+# CPU seconds (user + system) of this shell's waited-for children so
+# far, from the times builtin (run here, not in a subshell, whose own
+# children would be none): the timed client is one of them.
+children_secs ()
+{
+  times >"$tmp/times"
+  awk 'NR == 2 { n = 0
+         for (i = 1; i <= 2; i++) { split ($i, a, /[ms]/); n += a[1] * 60 + a[2] }
+         printf "%.2f", n }' "$tmp/times"
+}
+
 # Touch PREFAULT GiB and free them, right before the timed client: the
 # VM reports freed memory to its host within seconds (free page
 # reporting), after which the upload's page-cache and buffer pages cost
@@ -401,7 +431,7 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
   local run=$1 kind=$2 mode=$3 client=$4 last=$5 target=$tmp/target.img
   counted=0
   local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag alloc rk0 rk1 rep=-
-  local st0 st1 stolen
+  local st0 st1 stolen bz0 bz1 ch0 ch1 busy=- ccpu=-
   local -a ccmd
   rm -f "$target"
   local tfmt
@@ -417,11 +447,15 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
     record_cmd "$kind" "$mode" client nbdcopy --flush "$sample" "$target"
     prefault_now
     rk0=$(reported_kib)
+    children_secs >"$tmp/ch0"
+    bz0=$(busy_secs)
     st0=$(steal_secs)
     t0=$EPOCHREALTIME
     nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
     t1=$EPOCHREALTIME
     st1=$(steal_secs)
+    bz1=$(busy_secs)
+    children_secs >"$tmp/ch1"
     rk1=$(reported_kib)
   else
     start_server "$kind" "$mode" "$target" ||
@@ -435,11 +469,15 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
     record_cmd "$kind" "$mode" "client $client" "${ccmd[@]}"
     prefault_now
     rk0=$(reported_kib)
+    children_secs >"$tmp/ch0"
+    bz0=$(busy_secs)
     st0=$(steal_secs)
     t0=$EPOCHREALTIME
     "${ccmd[@]}" || die "upload failed: $kind $mode $client (run $run)"
     t1=$EPOCHREALTIME
     st1=$(steal_secs)
+    bz1=$(busy_secs)
+    children_secs >"$tmp/ch1"
     rk1=$(reported_kib)
     cpu=$(server_cpu)
     stop_server
@@ -465,8 +503,11 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
   [[ $frag =~ ^[0-9]+$ ]] || frag=-
   alloc=$(( $(stat -c '%b * %B' "$target") ))
   [ "$rk0" = - ] || [ "$rk1" = - ] || rep=$((rk1 - rk0))
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" "$rep" "$stolen" >>"$results"
-  say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents, $stolen s stolen), verified"
+  busy=$(awk -v a="$bz0" -v b="$bz1" 'BEGIN { printf "%.2f", b - a }')
+  ch0=$(cat "$tmp/ch0") ch1=$(cat "$tmp/ch1")
+  ccpu=$(awk -v a="$ch0" -v b="$ch1" 'BEGIN { printf "%.2f", b - a }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" "$rep" "$stolen" "$busy" "$ccpu" >>"$results"
+  say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents, $stolen s stolen, VM busy $busy s, client $ccpu s), verified"
   rm -f "$target"
   counted=1
 }
