@@ -3,7 +3,7 @@
 # bench/upload.sh's raw per-run records (RESULTS=FILE; Debian python3,
 # standard library only).
 #
-#   bench/stack-ratios.py [--pair ALONE STACK] [--cpu=server|machine]
+#   bench/stack-ratios.py [--pair ALONE STACK] [--cpu=server|machine] [--ci]
 #                         RESULTS.tsv [RESULTS.tsv...]
 #
 # One row per (format, cache mode, client) cell that has both targets
@@ -31,9 +31,17 @@
 # server's plus the kernel's work for it in other threads, the page-cache
 # writeback that the flusher does before a flush or the flush after it.
 # Runs recorded before those columns existed are left out then.
+# --ci adds a table of 95% intervals: the rounds in which both targets
+# ran are resampled with replacement (10000 times, a fixed seed) and the
+# ratio of medians taken each time; the 2.5th and 97.5th percentiles
+# bound it.  "over" when the interval lies above a target (wall or CPU),
+# "within" when it lies at or below both, else "open": these rounds
+# cannot tell.  Bootstrap intervals from 5-7 rounds are rough (too
+# narrow if anything), so an A/A pair run the same way is the check.
 # SPDX-License-Identifier: BSD-3-Clause
 
 import collections
+import random
 import statistics
 import sys
 
@@ -66,7 +74,48 @@ def fmt_pair(a, b):
     return f"{a:.2f} / {b:.2f}"
 
 
-def main(paths, alone_name="image", stack_name="image+filters", cpu_kind="server"):
+def interval(pairs, idx, rng, n=10000):
+    """95% bootstrap interval of median(stack) / median(alone) over pairs."""
+    stats = []
+    for _ in range(n):
+        sample = [rng.choice(pairs) for _ in pairs]
+        stats.append(statistics.median(s[idx] for a, s in sample)
+                     / statistics.median(a[idx] for a, s in sample))
+    stats.sort()
+    return stats[int(0.025 * n)], stats[int(0.975 * n) - 1]
+
+
+def intervals(cells, rows, alone_name, stack_name):
+    rng = random.Random(21)
+    print("\n| format | mode | client | rounds | wall ratio, 95% | CPU ratio, 95% | verdict |")
+    print("|---|---|---|---:|---:|---:|---|")
+    verdicts = collections.Counter()
+    for fmt, mode, client in rows:
+        sfx = "" if fmt == "raw" else ":" + fmt
+        alone = cells.get((alone_name + sfx, mode, client))
+        stack = cells.get((stack_name + sfx, mode, client))
+        if not alone or not stack:
+            continue
+        pairs = [(alone[r], stack[r]) for r in stack if r in alone and alone[r][1] > 0]
+        if len(pairs) < 3:
+            continue
+        wlo, whi = interval(pairs, 0, rng)
+        clo, chi = interval(pairs, 1, rng)
+        if wlo > WALL_TARGET or clo > CPU_TARGET:
+            verdict = "over"
+        elif whi <= WALL_TARGET and chi <= CPU_TARGET:
+            verdict = "within"
+        else:
+            verdict = "open"
+        verdicts[verdict] += 1
+        print(f"| {fmt} | {mode} | {client} | {len(pairs)} | {wlo:.2f}-{whi:.2f} "
+              f"| {clo:.2f}-{chi:.2f} | {verdict} |")
+    print(f"\n{verdicts['over']} cell(s) over a target, {verdicts['within']} within both,"
+          f" {verdicts['open']} open (95% bootstrap intervals), of {stack_name} over {alone_name}")
+
+
+def main(paths, alone_name="image", stack_name="image+filters", cpu_kind="server",
+         with_ci=False):
     cells = load(paths, cpu_kind)
     if cpu_kind == "machine":
         print("CPU: the whole VM's busy time during each upload less the client's\n")
@@ -110,22 +159,27 @@ def main(paths, alone_name="image", stack_name="image+filters", cpu_kind="server
               f"| {round_median} |")
     print(f"\n{misses} cell(s) over {WALL_TARGET}x wall or {CPU_TARGET}x CPU (median ratio),"
           f" {round_misses} by round median, of {stack_name} over {alone_name}")
+    if with_ci:
+        intervals(cells, rows, alone_name, stack_name)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     pair = ["image", "image+filters"]
     cpu_kind = "server"
+    with_ci = False
     while args[:1] and args[0].startswith("--"):
         if args[0] == "--pair":
             if len(args) < 3:
                 sys.exit("stack-ratios.py: --pair needs two target names")
             pair, args = args[1:3], args[3:]
+        elif args[0] == "--ci":
+            with_ci, args = True, args[1:]
         elif args[0] in ("--cpu=server", "--cpu=machine"):
             cpu_kind, args = args[0].partition("=")[2], args[1:]
         else:
             sys.exit(f"stack-ratios.py: {args[0]}: unknown option")
     if not args:
-        sys.exit("usage: stack-ratios.py [--pair ALONE STACK] [--cpu=server|machine] "
+        sys.exit("usage: stack-ratios.py [--pair ALONE STACK] [--cpu=server|machine] [--ci] "
                  "RESULTS.tsv [RESULTS.tsv...]")
-    main(args, *pair, cpu_kind)
+    main(args, *pair, cpu_kind, with_ci)
