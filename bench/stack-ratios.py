@@ -85,17 +85,22 @@ def interval(pairs, idx, rng, n=10000):
     return stats[int(0.025 * n)], stats[int(0.975 * n) - 1]
 
 
+def cell_pairs(cells, rows, alone_name, stack_name):
+    """(format, mode, client, alone runs, stack runs) of each row that has both."""
+    for fmt, mode, client in rows:
+        sfx = "" if fmt == "raw" else ":" + fmt
+        alone = cells.get((alone_name + sfx, mode, client))
+        stack = cells.get((stack_name + sfx, mode, client))
+        if alone and stack:
+            yield fmt, mode, client, alone, stack
+
+
 def intervals(cells, rows, alone_name, stack_name):
     rng = random.Random(21)
     print("\n| format | mode | client | rounds | wall ratio, 95% | CPU ratio, 95% | verdict |")
     print("|---|---|---|---:|---:|---:|---|")
     verdicts = collections.Counter()
-    for fmt, mode, client in rows:
-        sfx = "" if fmt == "raw" else ":" + fmt
-        alone = cells.get((alone_name + sfx, mode, client))
-        stack = cells.get((stack_name + sfx, mode, client))
-        if not alone or not stack:
-            continue
+    for fmt, mode, client, alone, stack in cell_pairs(cells, rows, alone_name, stack_name):
         pairs = [(alone[r], stack[r]) for r in stack if r in alone and alone[r][1] > 0]
         if len(pairs) < 3:
             continue
@@ -126,12 +131,7 @@ def main(paths, alone_name="image", stack_name="image+filters", cpu_kind="server
           "| round median |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     misses = round_misses = 0
-    for fmt, mode, client in rows:
-        sfx = "" if fmt == "raw" else ":" + fmt
-        alone = cells.get((alone_name + sfx, mode, client))
-        stack = cells.get((stack_name + sfx, mode, client))
-        if not alone or not stack:
-            continue
+    for fmt, mode, client, alone, stack in cell_pairs(cells, rows, alone_name, stack_name):
         aw = [v[0] for v in alone.values()]
         ac = [v[1] for v in alone.values()]
         sw = [v[0] for v in stack.values()]
