@@ -266,15 +266,35 @@ busy_secs ()
       '$1 == "cpu" { printf "%.2f", ($2 + $3 + $4 + $7 + $8) / hz; exit }' /proc/stat
 }
 
-# CPU seconds (user + system) of this shell's waited-for children so
-# far, from the times builtin (run here, not in a subshell, whose own
-# children would be none): the timed client is one of them.
-children_secs ()
+# Run the timed client "$@"; returns its status.  Sets, around it: secs
+# (wall seconds), stolen (CPU s the host stole), busy (CPU s the VM was
+# busy), ccpu (the client's own CPU s: the times builtin, run here and not
+# in a subshell, whose children would be none) and rep (KiB reported to
+# the host, or -).
+timed_client ()
 {
-  times >"$tmp/times"
-  awk 'NR == 2 { n = 0
-         for (i = 1; i <= 2; i++) { split ($i, a, /[ms]/); n += a[1] * 60 + a[2] }
-         printf "%.2f", n }' "$tmp/times"
+  local t0 t1 rk0 rk1 st0 st1 bz0 bz1 rc=0
+  rk0=$(reported_kib)
+  times >"$tmp/times0"
+  bz0=$(busy_secs)
+  st0=$(steal_secs)
+  t0=$EPOCHREALTIME
+  "$@" || rc=$?
+  t1=$EPOCHREALTIME
+  st1=$(steal_secs)
+  bz1=$(busy_secs)
+  times >"$tmp/times1"
+  rk1=$(reported_kib)
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+  stolen=$(awk -v a="$st0" -v b="$st1" 'BEGIN { printf "%.2f", b - a }')
+  busy=$(awk -v a="$bz0" -v b="$bz1" 'BEGIN { printf "%.2f", b - a }')
+  ccpu=$(awk 'FNR == 2 { n = 0
+                for (i = 1; i <= 2; i++) { split ($i, a, /[ms]/); n += a[1] * 60 + a[2] }
+                d = n - d }
+              END { printf "%.2f", d }' "$tmp/times0" "$tmp/times1")
+  rep=-
+  [ "$rk0" = - ] || [ "$rk1" = - ] || rep=$((rk1 - rk0))
+  return $rc
 }
 
 # Touch PREFAULT GiB and free them, right before the timed client: the
@@ -430,8 +450,7 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
 {
   local run=$1 kind=$2 mode=$3 client=$4 last=$5 target=$tmp/target.img
   counted=0
-  local uri="nbd+unix:///?socket=$sock" t0 t1 cpu=- secs frag alloc rk0 rk1 rep=-
-  local st0 st1 stolen bz0 bz1 ch0 ch1 busy=- ccpu=-
+  local uri="nbd+unix:///?socket=$sock" cpu=- secs frag alloc rep stolen busy ccpu
   local -a ccmd
   rm -f "$target"
   local tfmt
@@ -446,17 +465,7 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
   if [ "$kind" = local ]; then
     record_cmd "$kind" "$mode" client nbdcopy --flush "$sample" "$target"
     prefault_now
-    rk0=$(reported_kib)
-    children_secs >"$tmp/ch0"
-    bz0=$(busy_secs)
-    st0=$(steal_secs)
-    t0=$EPOCHREALTIME
-    nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
-    t1=$EPOCHREALTIME
-    st1=$(steal_secs)
-    bz1=$(busy_secs)
-    children_secs >"$tmp/ch1"
-    rk1=$(reported_kib)
+    timed_client nbdcopy --flush "$sample" "$target" || die "local nbdcopy failed"
   else
     start_server "$kind" "$mode" "$target" ||
       die "$kind ($mode) did not start: $(tail -n 3 "$log")"
@@ -468,17 +477,7 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
     esac
     record_cmd "$kind" "$mode" "client $client" "${ccmd[@]}"
     prefault_now
-    rk0=$(reported_kib)
-    children_secs >"$tmp/ch0"
-    bz0=$(busy_secs)
-    st0=$(steal_secs)
-    t0=$EPOCHREALTIME
-    "${ccmd[@]}" || die "upload failed: $kind $mode $client (run $run)"
-    t1=$EPOCHREALTIME
-    st1=$(steal_secs)
-    bz1=$(busy_secs)
-    children_secs >"$tmp/ch1"
-    rk1=$(reported_kib)
+    timed_client "${ccmd[@]}" || die "upload failed: $kind $mode $client (run $run)"
     cpu=$(server_cpu)
     stop_server
     if [ "${COUNTERS:-0}" = 1 ] && [[ $kind == image+* ]]; then
@@ -487,7 +486,6 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
   fi
   qemu-img compare -q -f raw -F "$tfmt" "$sample" "$target" ||
     die "VERIFY FAILED: $kind $mode $client (run $run): target differs from the sample"
-  stolen=$(awk -v a="$st0" -v b="$st1" 'BEGIN { printf "%.2f", b - a }')
   if [ -n "$max_steal" ] && [ "$last" != 1 ] &&
      awk -v s="$stolen" -v m="$max_steal" 'BEGIN { exit !(s > m) }'; then
     [ "$tfmt" != qcow2 ] || qemu-img check -q -f qcow2 "$target" ||
@@ -497,15 +495,10 @@ upload_once ()                # RUN KIND MODE CLIENT LAST
     return 0
   fi
   [ "$tfmt" = qcow2 ] && qcow2_layout "$run" "$kind" "$mode" "$client" "$target"
-  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
   # Host file fragmentation (ext4 extents) of the result.
   frag=$(filefrag "$target" 2>/dev/null | awk '{ print $(NF - 2) }') || frag=-
   [[ $frag =~ ^[0-9]+$ ]] || frag=-
   alloc=$(( $(stat -c '%b * %B' "$target") ))
-  [ "$rk0" = - ] || [ "$rk1" = - ] || rep=$((rk1 - rk0))
-  busy=$(awk -v a="$bz0" -v b="$bz1" 'BEGIN { printf "%.2f", b - a }')
-  ch0=$(cat "$tmp/ch0") ch1=$(cat "$tmp/ch1")
-  ccpu=$(awk -v a="$ch0" -v b="$ch1" 'BEGIN { printf "%.2f", b - a }')
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$mode" "$client" "$run" "$secs" "$cpu" "$frag" "$alloc" "$rep" "$stolen" "$busy" "$ccpu" >>"$results"
   say "run $run: $kind $mode $client: $secs s (server CPU $cpu s, $frag extents, $stolen s stolen, VM busy $busy s, client $ccpu s), verified"
   rm -f "$target"
