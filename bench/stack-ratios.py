@@ -3,7 +3,8 @@
 # bench/upload.sh's raw per-run records (RESULTS=FILE; Debian python3,
 # standard library only).
 #
-#   bench/stack-ratios.py [--pair ALONE STACK] [--cpu=server|machine] [--ci]
+#   bench/stack-ratios.py [--pair ALONE STACK]
+#                         [--cpu=server|machine|client|per-client] [--ci]
 #                         RESULTS.tsv [RESULTS.tsv...]
 #
 # One row per (format, cache mode, client) cell that has both targets
@@ -31,6 +32,17 @@
 # server's plus the kernel's work for it in other threads, the page-cache
 # writeback that the flusher does before a flush or the flush after it.
 # Runs recorded before those columns existed are left out then.
+# --cpu=client reads "CPU" as the client's own CPU seconds (12th column),
+# --cpu=per-client as the server's CPU over the client's.  The client
+# does the same work whichever server it talks to (qemu-img convert and
+# bench/imageio-client send the same requests), so its CPU time is a
+# reading of how fast the machine was during that upload (host load
+# that /proc/stat's steal does not show): in the cache=none runs of
+# 2026-12-07 the per-round server and client CPU ratios correlated at
+# 0.7-0.97.  Server over client takes that out.  Where the server
+# changes the client's work (nbdcopy, whose CPU falls when the stack
+# answers sooner: client ratio 0.83-0.91), --cpu=client shows it, and
+# per-client is not a fair reading there.
 # --ci adds a table of 95% intervals: the rounds in which both targets
 # ran are resampled with replacement (10000 times, a fixed seed) and the
 # ratio of medians taken each time; the 2.5th and 97.5th percentiles
@@ -62,7 +74,11 @@ def load(paths, cpu_kind="server"):
                     wall, cpu = float(fields[4]), float(fields[5])
                     if cpu_kind == "machine":
                         cpu = float(fields[10]) - float(fields[11])
-                except (ValueError, IndexError):
+                    elif cpu_kind == "client":
+                        cpu = float(fields[11])
+                    elif cpu_kind == "per-client":
+                        cpu = cpu / float(fields[11])
+                except (ValueError, IndexError, ZeroDivisionError):
                     continue
                 key = (fields[0], fields[1], fields[2])
                 run = (path, fields[3])
@@ -122,8 +138,11 @@ def intervals(cells, rows, alone_name, stack_name):
 def main(paths, alone_name="image", stack_name="image+filters", cpu_kind="server",
          with_ci=False):
     cells = load(paths, cpu_kind)
-    if cpu_kind == "machine":
-        print("CPU: the whole VM's busy time during each upload less the client's\n")
+    title = {"machine": "the whole VM's busy time during each upload less the client's",
+             "client": "the client's own CPU seconds",
+             "per-client": "the server's CPU seconds per CPU second of the client"}
+    if cpu_kind in title:
+        print(f"CPU: {title[cpu_kind]}\n")
     rows = sorted({(t.partition(":")[2] or "raw", m, c)
                    for (t, m, c) in cells if t.startswith("image")})
     print("| format | mode | client | n | alone wall / CPU | stack wall / CPU "
@@ -175,11 +194,13 @@ if __name__ == "__main__":
             pair, args = args[1:3], args[3:]
         elif args[0] == "--ci":
             with_ci, args = True, args[1:]
-        elif args[0] in ("--cpu=server", "--cpu=machine"):
+        elif args[0] in ("--cpu=server", "--cpu=machine", "--cpu=client",
+                         "--cpu=per-client"):
             cpu_kind, args = args[0].partition("=")[2], args[1:]
         else:
             sys.exit(f"stack-ratios.py: {args[0]}: unknown option")
     if not args:
-        sys.exit("usage: stack-ratios.py [--pair ALONE STACK] [--cpu=server|machine] [--ci] "
+        sys.exit("usage: stack-ratios.py [--pair ALONE STACK] "
+                 "[--cpu=server|machine|client|per-client] [--ci] "
                  "RESULTS.tsv [RESULTS.tsv...]")
     main(args, *pair, cpu_kind, with_ci)
