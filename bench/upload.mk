@@ -6,4 +6,4 @@ make_sample_SOURCES = make-sample.c
 # Also needs libm.
 make_sample_LDADD = $(LDADD) -lm
 EXTRA_DIST += upload.sh make-sample.sh make-used-sample.sh write-sizes.sh \
-	stack-ratios.py stack-work.sh server-lib.sh median.sh rounds.sh README.md
+	stack-ratios.py stack-work.sh qd1-latency.sh server-lib.sh median.sh rounds.sh README.md

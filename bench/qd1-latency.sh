@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Per-request latency at queue depth 1: the plugin alone against the full
+# stack (coalesce + zerodetect + discard), in rounds.  One connection
+# sends writes of 4K, 64K, 256K, 1M and 2M in turn, each followed by a
+# 1M zero request and in ascending order, which is what `qemu-img convert
+# -n` (no -W) does on a fragmented image: one request at a time, so
+# whatever a layer adds per request lands on the wall time.  Per target
+# and request kind the median latency (µs) over the rounds' medians, and
+# the stack's per-round ratios, are printed; also the server's CPU.
+#
+#   BUILD=./build bench/qd1-latency.sh
+#
+# Environment: RUNS=8 (rounds), N=1000 (writes per round), MODE=none
+# (the plugin's cache mode), FORMAT=raw (or qcow2, made by qemu-img
+# create), TMPDIR=/var/tmp (disk-backed: O_DIRECT).  Needs Debian's
+# python3 with the nbd module (python3-libnbd).
+# SPDX-License-Identifier: BSD-3-Clause
+set -euo pipefail
+PATH=/usr/bin:/usr/sbin:/bin:/sbin:$PATH
+export LC_ALL=C
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${BUILD:-$here/../build}" && pwd)
+runs=${RUNS:-8}
+n=${N:-1000}
+mode=${MODE:-none}
+format=${FORMAT:-raw}
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "qd1-latency: RUNS=$runs: expected a positive integer" >&2; exit 1; }
+[[ $n =~ ^[1-9][0-9]*$ ]] || { echo "qd1-latency: N=$n: expected a positive integer" >&2; exit 1; }
+case $format in raw | qcow2) ;; *) echo "qd1-latency: FORMAT=$format: expected raw or qcow2" >&2; exit 1 ;; esac
+python3 -c 'import nbd' 2>/dev/null || { echo "qd1-latency: python3's nbd module is missing (python3-libnbd)" >&2; exit 1; }
+. "$here/../common/stop-server.sh"
+W=$(mktemp -d "${TMPDIR:-/var/tmp}/qd1-latency.XXXXXX")
+cleanup () { [ -s "$W/pid" ] && stop_pids "$(cat "$W/pid")" || true; rm -rf "$W"; }
+trap cleanup EXIT
+
+# One round's client: prints "KIND=MEDIAN_US ..." for the request kinds.
+client='
+import nbd, os, statistics, sys, time
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+n, size = int(sys.argv[2]), h.get_size()
+sizes = [4096, 65536, 262144, 1048576, 2097152]
+bufs = {s: os.urandom(s) for s in sizes}
+lat = {str(s): [] for s in sizes}
+lat["zero1M"] = []
+off = 0
+for i in range(n):
+    s = sizes[i % len(sizes)]
+    if off + s + 1048576 > size:
+        off = 0
+    t = time.perf_counter(); h.pwrite(bufs[s], off); lat[str(s)].append(time.perf_counter() - t)
+    off += s
+    t = time.perf_counter(); h.zero(1048576, off); lat["zero1M"].append(time.perf_counter() - t)
+    off += 1048576
+h.flush()
+h.shutdown()
+print(" ".join(f"{k}={statistics.median(v) * 1e6:.0f}" for k, v in lat.items()))
+'
+
+serve ()
+{
+  local t=$1 f=()
+  rm -f "$W/sock" "$W/pid" "$W/t.img"
+  if [ "$format" = qcow2 ]; then qemu-img create -q -f qcow2 "$W/t.img" 4G
+  else truncate -s 4G "$W/t.img"; fi
+  if [ "$t" = stack ]; then
+    for x in coalesce zerodetect discard; do
+      f+=("--filter=$build/filters/$x/.libs/nbdkit-$x-filter.so")
+    done
+  fi
+  nbdkit -U "$W/sock" -P "$W/pid" "${f[@]}" \
+    "$build/plugins/image/.libs/nbdkit-image-plugin.so" \
+    file="$W/t.img" format="$format" cache="$mode"
+  for ((i = 0; i < 100; i++)); do
+    [ -S "$W/sock" ] && [ -s "$W/pid" ] && return 0
+    sleep 0.05
+  done
+  echo "qd1-latency: $t did not start" >&2
+  exit 1
+}
+
+cpu_of () { awk '{ printf "%.3f", ($14 + $15) / '"$(getconf CLK_TCK)"' }' "/proc/$1/stat"; }
+
+: >"$W/results"
+for ((r = 1; r <= runs; r++)); do
+  for t in image stack; do
+    serve "$t"
+    pid=$(cat "$W/pid")
+    out=$(python3 -c "$client" "nbd+unix:///?socket=$W/sock" "$n")
+    cpu=$(cpu_of "$pid")
+    stop_pids "$pid"
+    rm -f "$W/pid"
+    echo "$r $t $out cpu=$cpu" | tee -a "$W/results" >&2
+  done
+done
+python3 - "$W/results" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    r, t, *kv = line.split()
+    runs[r][t] = {k: float(v) for k, v in (x.split("=") for x in kv)}
+kinds = list(next(iter(runs.values()))["image"])
+print("| request | alone µs | stack µs | stack / alone | per-round ratios (low, median, high) |")
+print("|---|---:|---:|---:|---:|")
+for k in kinds:
+    a = statistics.median(runs[r]["image"][k] for r in runs)
+    s = statistics.median(runs[r]["stack"][k] for r in runs)
+    ratios = sorted(runs[r]["stack"][k] / runs[r]["image"][k] for r in runs)
+    name, f = ("server CPU s", ".2f") if k == "cpu" else (k, ".0f")
+    print(f"| {name} | {a:{f}} | {s:{f}} | {s / a:.2f} | {ratios[0]:.2f}, "
+          f"{statistics.median(ratios):.2f}, {ratios[-1]:.2f} |")
+PY
