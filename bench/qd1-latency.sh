@@ -28,10 +28,8 @@ format=${FORMAT:-raw}
 [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "qd1-latency: N=$n: expected a positive integer" >&2; exit 1; }
 case $format in raw | qcow2) ;; *) echo "qd1-latency: FORMAT=$format: expected raw or qcow2" >&2; exit 1 ;; esac
 python3 -c 'import nbd' 2>/dev/null || { echo "qd1-latency: python3's nbd module is missing (python3-libnbd)" >&2; exit 1; }
-. "$here/../common/stop-server.sh"
-W=$(mktemp -d "${TMPDIR:-/var/tmp}/qd1-latency.XXXXXX")
-cleanup () { [ -s "$W/pid" ] && stop_pids "$(cat "$W/pid")" || true; rm -rf "$W"; }
-trap cleanup EXIT
+tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/qd1-latency.XXXXXX")
+. "$here/server-lib.sh"         # $sock, $pidfile, stop_server; removes $tmp
 
 # One round's client: prints "KIND=MEDIAN_US ..." for the request kinds.
 client='
@@ -60,40 +58,44 @@ print(" ".join(f"{k}={statistics.median(v) * 1e6:.0f}" for k, v in lat.items()))
 serve ()
 {
   local t=$1 f=()
-  rm -f "$W/sock" "$W/pid" "$W/t.img"
-  if [ "$format" = qcow2 ]; then qemu-img create -q -f qcow2 "$W/t.img" 4G
-  else truncate -s 4G "$W/t.img"; fi
+  rm -f "$sock" "$pidfile" "$tmp/t.img"
+  if [ "$format" = qcow2 ]; then qemu-img create -q -f qcow2 "$tmp/t.img" 4G
+  else truncate -s 4G "$tmp/t.img"; fi
   if [ "$t" = stack ]; then
     for x in coalesce zerodetect discard; do
       f+=("--filter=$build/filters/$x/.libs/nbdkit-$x-filter.so")
     done
   fi
-  nbdkit -U "$W/sock" -P "$W/pid" "${f[@]}" \
+  nbdkit -U "$sock" -P "$pidfile" "${f[@]}" \
     "$build/plugins/image/.libs/nbdkit-image-plugin.so" \
-    file="$W/t.img" format="$format" cache="$mode"
+    file="$tmp/t.img" format="$format" cache="$mode" 2>>"$log"
   for ((i = 0; i < 100; i++)); do
-    [ -S "$W/sock" ] && [ -s "$W/pid" ] && return 0
+    [ -S "$sock" ] && [ -s "$pidfile" ] && return 0
     sleep 0.05
   done
   echo "qd1-latency: $t did not start" >&2
   exit 1
 }
 
-cpu_of () { awk '{ printf "%.3f", ($14 + $15) / '"$(getconf CLK_TCK)"' }' "/proc/$1/stat"; }
+# One round of target $1: the client's medians and the server's CPU
+# seconds (read before it is stopped), on one line.
+one_round ()
+{
+  local out
+  serve "$1"
+  out=$(python3 -c "$client" "nbd+unix:///?socket=$sock" "$n")
+  echo "$out cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' \
+                   "/proc/$(cat "$pidfile")/stat")"
+  stop_server
+}
 
-: >"$W/results"
+results=$tmp/results
 for ((r = 1; r <= runs; r++)); do
   for t in image stack; do
-    serve "$t"
-    pid=$(cat "$W/pid")
-    out=$(python3 -c "$client" "nbd+unix:///?socket=$W/sock" "$n")
-    cpu=$(cpu_of "$pid")
-    stop_pids "$pid"
-    rm -f "$W/pid"
-    echo "$r $t $out cpu=$cpu" | tee -a "$W/results" >&2
+    echo "$r $t $(one_round "$t")" | tee -a "$results" >&2
   done
 done
-python3 - "$W/results" <<'PY'
+python3 - "$results" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
