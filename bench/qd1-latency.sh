@@ -57,7 +57,7 @@ print(" ".join(f"{k}={statistics.median(v) * 1e6:.0f}" for k, v in lat.items()))
 
 serve ()
 {
-  local t=$1 f=()
+  local t=$1 f=() i
   rm -f "$sock" "$pidfile" "$tmp/t.img"
   if [ "$format" = qcow2 ]; then qemu-img create -q -f qcow2 "$tmp/t.img" 4G
   else truncate -s 4G "$tmp/t.img"; fi
@@ -77,22 +77,25 @@ serve ()
   exit 1
 }
 
-# One round of target $1: the client's medians and the server's CPU
-# seconds (read before it is stopped), on one line.
+# Round $1 of target $2: appends the client's medians and the server's
+# CPU seconds (read before it is stopped) to $results, on one line.  Run
+# in this shell, so that a failure stops the script (set -e) and its
+# trap stops the server.
+results=$tmp/results
 one_round ()
 {
-  local out
-  serve "$1"
+  local r=$1 t=$2 out cpu
+  serve "$t"
   out=$(python3 -c "$client" "nbd+unix:///?socket=$sock" "$n")
-  echo "$out cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' \
-                   "/proc/$(cat "$pidfile")/stat")"
+  cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' \
+          "/proc/$(cat "$pidfile")/stat")
   stop_server
+  echo "$r $t $out cpu=$cpu" | tee -a "$results" >&2
 }
 
-results=$tmp/results
 for ((r = 1; r <= runs; r++)); do
   for t in image stack; do
-    echo "$r $t $(one_round "$t")" | tee -a "$results" >&2
+    one_round "$r" "$t"
   done
 done
 python3 - "$results" <<'PY'
